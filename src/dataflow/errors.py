@@ -1,0 +1,91 @@
+"""Exceptions raised by dataflow.
+
+Every error is also a builtin exception (``ValueError``, ``TypeError``, ``RuntimeError``) so code
+written against tensorpack, which raised builtins, keeps catching them.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "DataFlowError",
+    "DataFlowReentrantError",
+    "DataFlowTerminated",
+    "UnknownLengthError",
+    "WorkerError",
+]
+
+
+class DataFlowError(Exception):
+    """Base class of the errors that dataflow raises itself."""
+
+
+class DataFlowTerminated(BaseException):
+    """A dataflow can no longer produce data (its transport was closed or terminated).
+
+    Derives from ``BaseException`` as in tensorpack, so ``except Exception`` does not catch it.
+    """
+
+
+class DataFlowReentrantError(DataFlowError, RuntimeError):
+    """A non-reentrant dataflow was iterated while a previous iteration was still alive."""
+
+
+class UnknownLengthError(NotImplementedError, TypeError):
+    """``len(df)`` of a dataflow whose length is not known.
+
+    It is a ``NotImplementedError`` (tensorpack's contract) and also a ``TypeError``, so that
+    ``list(df)`` and ``operator.length_hint`` treat the length as unknown instead of failing.
+    """
+
+
+class WorkerError(DataFlowError, RuntimeError):
+    """An exception raised inside a worker (thread or process), re-raised in the consumer.
+
+    Attributes:
+        exc_type: the qualified name of the original exception's type.
+        exc_message: ``str()`` of the original exception.
+        remote_traceback: the traceback formatted in the worker, as text.
+        worker_id: which worker raised it (``None`` when not known).
+        index: for mappers, the index of the input datapoint being mapped (else ``None``).
+    """
+
+    def __init__(
+        self,
+        exc_type: str,
+        exc_message: str,
+        remote_traceback: str = "",
+        worker_id: int | None = None,
+        index: int | None = None,
+        stage: str | None = None,
+    ) -> None:
+        self.exc_type = exc_type
+        self.exc_message = exc_message
+        self.remote_traceback = remote_traceback
+        self.worker_id = worker_id
+        self.index = index
+        self.stage = stage
+        where = []
+        if stage:
+            where.append(stage)
+        if worker_id is not None:
+            where.append(f"worker {worker_id}")
+        if index is not None:
+            where.append(f"input index {index}")
+        origin = f" in {', '.join(where)}" if where else ""
+        msg = f"{exc_type}: {exc_message} (raised{origin})"
+        if remote_traceback:
+            msg += "\n\nRemote traceback:\n" + remote_traceback.rstrip()
+        super().__init__(msg)
+
+    def __reduce__(self):  # keep every field when pickled across processes
+        return (
+            type(self),
+            (
+                self.exc_type,
+                self.exc_message,
+                self.remote_traceback,
+                self.worker_id,
+                self.index,
+                self.stage,
+            ),
+        )

@@ -1,0 +1,53 @@
+"""Small utilities shared by the package (tensorpack's ``utils`` names where they matter)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from dataflow.rng import get_rng, set_seed
+
+__all__ = ["fix_rng_seed", "get_rng", "get_tqdm", "get_tqdm_kwargs", "shape2d"]
+
+fix_rng_seed = set_seed  # tensorpack's name; ours derives distinct streams per stage and worker
+
+
+def get_tqdm_kwargs(**kwargs: Any) -> dict[str, Any]:
+    """Default tqdm arguments: a readable bar with rates, refreshed sensibly on and off a TTY.
+
+    ``DATAFLOW_PROGRESS_REFRESH`` (or tensorpack's ``TENSORPACK_PROGRESS_REFRESH``) sets the
+    minimum refresh interval in seconds.
+    """
+    default: dict[str, Any] = {
+        "smoothing": 0.5,
+        "dynamic_ncols": True,
+        "ascii": True,
+        "bar_format": "{l_bar}{bar}|{n_fmt}/{total_fmt}[{elapsed}<{remaining},{rate_noinv_fmt}]",
+    }
+    refresh = os.environ.get("DATAFLOW_PROGRESS_REFRESH") or os.environ.get(
+        "TENSORPACK_PROGRESS_REFRESH"
+    )
+    if refresh is not None:
+        default["mininterval"] = float(refresh)
+    else:
+        isatty = getattr(sys.stderr, "isatty", lambda: False)()
+        default["mininterval"] = 0.5 if isatty else 30.0
+    default.update(kwargs)
+    return default
+
+
+def get_tqdm(*args: Any, **kwargs: Any):
+    """A ``tqdm`` progress bar with :func:`get_tqdm_kwargs` defaults."""
+    from tqdm import tqdm
+
+    return tqdm(*args, **get_tqdm_kwargs(**kwargs))
+
+
+def shape2d(a: Any) -> list[int]:
+    """``int`` -> ``[a, a]``; a pair -> ``list(a)``."""
+    if isinstance(a, int):
+        return [a, a]
+    if isinstance(a, list | tuple) and len(a) == 2:
+        return [int(a[0]), int(a[1])]
+    raise ValueError(f"Expected an int or a pair of ints, got {a!r}.")

@@ -1,0 +1,114 @@
+"""``LocallyShuffleData``: shuffle within a sliding buffer, for flows too large to shuffle."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
+from dataflow.errors import UnknownLengthError
+from dataflow.wrappers.repeat import RepeatedData
+
+__all__ = ["LocallyShuffleData"]
+
+_END = object()
+
+
+class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
+    """Shuffles the datapoints of ``ds`` within a buffer of ``buffer_size``.
+
+    Incoming datapoints (from ``ds`` repeated forever) are appended ``num_reuse`` times each to a
+    FIFO buffer; once it is full, every append first yields the oldest element; the buffer is
+    shuffled every ``shuffle_interval`` incoming datapoints (default ``max(1, buffer_size // 3)``).
+    The buffer and the position in ``ds`` persist across epochs, so epochs mix at the boundary.
+
+    Differences from tensorpack: any ``buffer_size >= 1`` works, and each ``__iter__`` yields
+    exactly ``len(ds) * num_reuse`` datapoints when ``len(ds)`` is known (so ``len`` is accurate),
+    forever otherwise. Non-reentrant.
+    """
+
+    def __init__(
+        self,
+        ds: DataFlow,
+        buffer_size: int,
+        num_reuse: int = 1,
+        shuffle_interval: int | None = None,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        ProxyDataFlow.__init__(self, ds)
+        for name, value in (("buffer_size", buffer_size), ("num_reuse", num_reuse)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
+        if shuffle_interval is None:
+            shuffle_interval = max(1, buffer_size // 3)
+        if isinstance(shuffle_interval, bool) or not isinstance(shuffle_interval, int) or (
+            shuffle_interval < 1
+        ):
+            raise ValueError(
+                f"`shuffle_interval` must be an int >= 1 or None, got {shuffle_interval!r}."
+            )
+        self.buffer_size = buffer_size
+        self.num_reuse = num_reuse
+        self.shuffle_interval = shuffle_interval
+        self.seed = seed
+        self._guard = DataFlowReentrantGuard("LocallyShuffleData")
+        self._buffer: deque[Any] = deque(maxlen=buffer_size)
+        self._source: Iterator[Any] | None = None
+        self._incoming = 0  # datapoints taken from ds since reset_state
+        self._current: Any = None  # the datapoint being appended num_reuse times
+        self._pending = 0  # copies of it still to append
+
+    def reset_state(self) -> None:
+        ProxyDataFlow.reset_state(self)
+        RNGDataFlow.reset_state(self)
+        self._buffer.clear()
+        self._source = None
+        self._incoming = 0
+        self._current, self._pending = None, 0
+
+    def __len__(self) -> int:
+        return len(self.ds) * self.num_reuse
+
+    def _shuffle(self) -> None:
+        items = list(self._buffer)
+        self.rng.shuffle(items)
+        self._buffer.clear()
+        self._buffer.extend(items)
+
+    def __iter__(self) -> Iterator[Any]:
+        with self._guard:
+            if self.rng is None:
+                RNGDataFlow.reset_state(self)
+            try:
+                remaining: int | None = len(self)
+            except UnknownLengthError:
+                remaining = None
+            if self._source is None:
+                self._source = iter(RepeatedData(self.ds, -1))
+            source, buf = self._source, self._buffer
+            reuse, interval, size = self.num_reuse, self.shuffle_interval, self.buffer_size
+            while remaining is None or remaining > 0:
+                if self._pending == 0:
+                    dp = next(source, _END)
+                    if dp is _END:  # ds yields nothing at all: flush the buffer and stop
+                        while buf and (remaining is None or remaining > 0):
+                            if remaining is not None:
+                                remaining -= 1
+                            yield buf.popleft()
+                        return
+                    self._current, self._pending = dp, reuse
+                    self._incoming += 1
+                    if self._incoming % interval == 0:
+                        self._shuffle()
+                if len(buf) == size:
+                    out = buf.popleft()
+                    buf.append(self._current)
+                    self._pending -= 1
+                    if remaining is not None:
+                        remaining -= 1
+                    yield out
+                else:
+                    buf.append(self._current)
+                    self._pending -= 1
