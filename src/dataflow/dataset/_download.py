@@ -153,23 +153,31 @@ def download(
     return target
 
 
-def _not_found(owner: str, folder: str, names: Sequence[str], urls: Sequence[str], err) -> str:
+def _not_found(
+    owner: str, folder: str, names: Sequence[str], urls: Sequence[str], err, param: str
+) -> str:
     files = ", ".join(repr(n) for n in names)
     where = " ".join(urls)
     return (
         f"{owner}: {files} not found in {folder!r}, and downloading failed "
         f"({type(err).__name__}: {err}). Download it by hand from {where} and put it in "
-        f"{folder!r}, or pass the folder that holds it as the `dir` argument, or set "
+        f"{folder!r}, or pass the folder that holds it as the `{param}` argument, or set "
         f"$DATAFLOW_DATASET to the parent of that folder."
     )
 
 
-def ensure_files(owner: str, folder: str, url_base: str, files: Mapping[str, int | None]) -> None:
+def ensure_files(
+    owner: str,
+    folder: str,
+    url_base: str,
+    files: Mapping[str, int | None],
+    param: str = "dir",
+) -> None:
     """Make sure every ``files`` name exists in ``folder``, downloading missing ones.
 
     ``files`` maps file name to its known size (``None`` when unknown). Files already present
     are used as they are, whatever their size. A failed download raises
-    :class:`DatasetNotFoundError`.
+    :class:`DatasetNotFoundError`; ``param`` is the loader's name for its folder argument.
     """
     for name, size in files.items():
         if os.path.isfile(os.path.join(folder, name)):
@@ -180,7 +188,7 @@ def ensure_files(owner: str, folder: str, url_base: str, files: Mapping[str, int
         except (OSError, ValueError) as e:
             missing = [n for n in files if not os.path.isfile(os.path.join(folder, n))]
             raise DatasetNotFoundError(
-                _not_found(owner, folder, missing, [url_base + n for n in missing], e)
+                _not_found(owner, folder, missing, [url_base + n for n in missing], e, param)
             ) from e
 
 
@@ -198,7 +206,13 @@ def _safe_extract(archive: str, dest: str) -> None:
 
 
 def ensure_extracted(
-    owner: str, folder: str, marker: str, url: str, archive: str, size: int | None
+    owner: str,
+    folder: str,
+    marker: str,
+    url: str,
+    archive: str,
+    size: int | None,
+    param: str = "dir",
 ) -> str:
     """Make sure ``folder/marker`` exists; else extract ``archive`` (downloading it if missing).
 
@@ -215,7 +229,7 @@ def ensure_extracted(
             download(url, folder, archive, size)
         except (OSError, ValueError) as e:
             raise DatasetNotFoundError(
-                _not_found(owner, folder, [marker, archive], [url], e)
+                _not_found(owner, folder, [marker, archive], [url], e, param)
                 + f" (either the extracted {marker!r} or the archive {archive!r} will do)"
             ) from e
     tmp = tempfile.mkdtemp(prefix=f".{archive}.", suffix=".extract", dir=folder)

@@ -68,7 +68,7 @@ class BSDS500(IndexedDataset):
         self.data_dir = resolve_dir(data_dir, "bsds500_data")
         import_cv2(owner)
         self.data_root = ensure_extracted(
-            owner, self.data_dir, _DATA, _URL, _ARCHIVE, _ARCHIVE_SIZE
+            owner, self.data_dir, _DATA, _URL, _ARCHIVE, _ARCHIVE_SIZE, "data_dir"
         )
         image_dir = os.path.join(self.data_root, "images", name)
         if not os.path.isdir(image_dir):

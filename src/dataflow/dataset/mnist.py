@@ -39,7 +39,7 @@ def read_idx(path: str, magic: int, owner: str = "read_idx") -> np.ndarray:
         ) from e
     ndim = 3 if magic == IDX_IMAGES_MAGIC else 1
     header = 4 * (1 + ndim)
-    if len(raw) < header:
+    if len(raw) < 4:
         raise ValueError(f"{owner}: {path!r} is too short ({len(raw)} bytes) for an IDX header.")
     (got,) = struct.unpack(">I", raw[:4])
     if got != magic:
@@ -48,6 +48,8 @@ def read_idx(path: str, magic: int, owner: str = "read_idx") -> np.ndarray:
             f"{owner}: {path!r} has IDX magic number {got}, expected {magic} ({kind}); "
             "the file is not an IDX file of that kind, or images and labels were swapped."
         )
+    if len(raw) < header:
+        raise ValueError(f"{owner}: {path!r} is too short ({len(raw)} bytes) for an IDX header.")
     dims = struct.unpack(f">{ndim}I", raw[4:header])
     count = int(np.prod(dims))
     if len(raw) - header != count:

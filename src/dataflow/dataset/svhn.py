@@ -49,7 +49,9 @@ class SVHNDigit(IndexedDataset):
         self.name = check_choice("name", name, _SPLITS)
         self.data_dir = resolve_dir(data_dir, self._DIR_NAME)
         filename = f"{name}_32x32.mat"
-        ensure_files(type(self).__name__, self.data_dir, self._URL_BASE, {filename: None})
+        ensure_files(
+            type(self).__name__, self.data_dir, self._URL_BASE, {filename: None}, "data_dir"
+        )
         self.X, self.Y = self._read(os.path.join(self.data_dir, filename))
         self._init_iteration(shuffle, seed)
 
