@@ -1,0 +1,121 @@
+"""Image augmentation: augmentors sample, transforms apply.
+
+``aug.get_transform(img)`` draws every random parameter and returns a deterministic
+:class:`Transform` with ``apply_image``, ``apply_coords`` (float ``Nx2`` of ``(x, y)``),
+``apply_boxes`` and ``apply_mask``; apply one transform to an image and its keypoints to keep
+them consistent. The names and constructor signatures are tensorpack's
+(``tensorpack.dataflow.imgaug``). Needs OpenCV: ``pip install 'dataflow-reloaded[imgaug]'``.
+"""
+
+from dataflow.imgaug._cv2 import cv2 as _cv2  # noqa: F401  (fails early, naming the extra)
+from dataflow.imgaug.base import Augmentor, AugmentorList, ImageAugmentor, PhotometricAugmentor
+from dataflow.imgaug.boxes import BoxFormat
+from dataflow.imgaug.convert import ColorSpace, Grayscale, ToFloat32, ToUint8
+from dataflow.imgaug.crop import (
+    CenterCrop,
+    GoogleNetRandomCropAndResize,
+    RandomCrop,
+    RandomCropRandomShape,
+    RandomCutout,
+)
+from dataflow.imgaug.external import Albumentations, IAAugmentor
+from dataflow.imgaug.geometry import Affine, Rotation, RotationAndCropValid, Shift
+from dataflow.imgaug.imgproc import (
+    Brightness,
+    BrightnessScale,
+    Clip,
+    Contrast,
+    Gamma,
+    GaussianBlur,
+    Hue,
+    Lighting,
+    MeanVarianceNormalize,
+    MinMaxNormalize,
+    Saturation,
+)
+from dataflow.imgaug.meta import Identity, MapImage, RandomApplyAug, RandomChooseAug, RandomOrderAug
+from dataflow.imgaug.misc import Flip, RandomResize, Resize, ResizeShortestEdge, Transpose
+from dataflow.imgaug.noise import GaussianNoise, JpegNoise, SaltPepperNoise
+from dataflow.imgaug.paste import (
+    BackgroundFiller,
+    CenterPaste,
+    ConstantBackgroundFiller,
+    RandomPaste,
+)
+from dataflow.imgaug.transform import (
+    CropTransform,
+    CutoutTransform,
+    FlipTransform,
+    NoOpTransform,
+    PasteTransform,
+    PhotometricTransform,
+    ResizeTransform,
+    Transform,
+    TransformFactory,
+    TransformList,
+    TransposeTransform,
+    WarpAffineTransform,
+)
+
+__all__ = [
+    "Affine",
+    "Albumentations",
+    "Augmentor",
+    "AugmentorList",
+    "BackgroundFiller",
+    "BoxFormat",
+    "Brightness",
+    "BrightnessScale",
+    "CenterCrop",
+    "CenterPaste",
+    "Clip",
+    "ColorSpace",
+    "ConstantBackgroundFiller",
+    "Contrast",
+    "CropTransform",
+    "CutoutTransform",
+    "Flip",
+    "FlipTransform",
+    "Gamma",
+    "GaussianBlur",
+    "GaussianNoise",
+    "GoogleNetRandomCropAndResize",
+    "Grayscale",
+    "Hue",
+    "IAAugmentor",
+    "Identity",
+    "ImageAugmentor",
+    "JpegNoise",
+    "Lighting",
+    "MapImage",
+    "MeanVarianceNormalize",
+    "MinMaxNormalize",
+    "NoOpTransform",
+    "PasteTransform",
+    "PhotometricAugmentor",
+    "PhotometricTransform",
+    "RandomApplyAug",
+    "RandomChooseAug",
+    "RandomCrop",
+    "RandomCropRandomShape",
+    "RandomCutout",
+    "RandomOrderAug",
+    "RandomPaste",
+    "RandomResize",
+    "Resize",
+    "ResizeShortestEdge",
+    "ResizeTransform",
+    "Rotation",
+    "RotationAndCropValid",
+    "SaltPepperNoise",
+    "Saturation",
+    "Shift",
+    "ToFloat32",
+    "ToUint8",
+    "Transform",
+    "TransformFactory",
+    "TransformList",
+    "Transpose",
+    "TransposeTransform",
+    "WarpAffineTransform",
+]
