@@ -69,7 +69,7 @@ def test_proxy_rejects_non_dataflow():
 
 def test_reentrant_guard_message_and_type():
     guard = DataFlowReentrantGuard("X")
-    with guard, pytest.raises(RuntimeError, match="X is not reentrant.*it.close()"):
+    with guard, pytest.raises(RuntimeError, match=r"X is not reentrant.*it\.close\(\)"):
         guard.__enter__()
     with guard:  # released again
         pass

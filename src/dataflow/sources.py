@@ -130,8 +130,10 @@ class DataFromList(RNGDataFlow):
         epoch = self._epoch
         self._epoch += 1
         if not self.shuffle:
-            yield from self.lst
-            return
+            return iter(self.lst)  # no generator layer: this is the hot path
+        return self._shuffled(epoch)
+
+    def _shuffled(self, epoch: int) -> Iterator[Any]:
         lst = self.lst
         for i in self._epoch_rng(epoch).permutation(len(lst)):
             yield lst[i]

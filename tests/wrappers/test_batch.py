@@ -111,3 +111,12 @@ def test_batch_by_shape():
     assert [b[1].tolist() for b in flow][:2] == [[5, 1], [0, 2]]
     with pytest.raises(NotImplementedError):
         len(flow)
+
+
+def test_mixed_numbers_and_strings_refused():
+    with pytest.raises(TypeError, match=r"mixed types: \['float', 'str'\]"):
+        stack_component([1.5, "a"])
+    with pytest.raises(TypeError, match=r"mixed types: \['int', 'str'\]"):
+        stack_component([1, "a"])
+    assert stack_component([True, 2]).dtype == np.int32
+    assert stack_component([1, 2.5, True]).tolist() == [1.0, 2.5, 1.0]

@@ -52,7 +52,7 @@ def test_join_resets_a_shared_instance_once():
 
 
 def test_random_choose_equal_and_stops_at_first_exhausted():
-    flow = df.RandomChooseData([_src(range(0, 5)), _src(range(100, 105))], seed=0)
+    flow = df.RandomChooseData([_src(range(5)), _src(range(100, 105))], seed=0)
     flow.reset_state()
     out = [dp[0] for dp in flow]
     lows = [x for x in out if x < 100]

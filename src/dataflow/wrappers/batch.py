@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -11,9 +12,6 @@ from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
 
 __all__ = ["BatchData", "BatchDataByShape", "stack_component"]
-
-_INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
-
 
 def _describe(values: Sequence[Any]) -> str:
     parts = []
@@ -29,12 +27,17 @@ def _describe(values: Sequence[Any]) -> str:
     return "\n".join(parts)
 
 
-def stack_component(values: list[Any], key: Any = 0) -> np.ndarray:
+def _mixed(values: Sequence[Any]) -> str:
+    return f"values of mixed types: {sorted({type(v).__name__ for v in values})}"
+
+
+def stack_component(values: Sequence[Any], key: Any = 0) -> np.ndarray:
     """Stack one component of a batch into an array, with dtypes chosen from *all* elements.
 
     * arrays and NumPy scalars: stacked along a new axis 0 (NumPy's type promotion);
     * Python ``bool`` only: ``bool``; Python ints: ``int32``, or ``int64`` if any value does not
-      fit int32; any Python ``float`` among numbers: ``float32``;
+      fit int32; any Python ``float`` among numbers: ``float32`` (as NumPy does, a numeric string
+      among floats is converted);
     * ``str``/``bytes``: a NumPy string array.
 
     Raises ``ValueError`` listing each element's shape when the shapes differ (ragged batch), and
@@ -42,31 +45,34 @@ def stack_component(values: list[Any], key: Any = 0) -> np.ndarray:
     """
     first = values[0]
     try:
-        if type(first) in (int, float, bool):  # Python numbers: the common fast path
-            arr = np.asarray(values)
-            kind = arr.dtype.kind
-            if kind == "i":
-                if arr.dtype.itemsize > 4:
-                    lo, hi = arr.min(), arr.max()
-                    if lo >= _INT32_MIN and hi <= _INT32_MAX:
-                        arr = arr.astype(np.int32)
-                return arr
-            if kind == "f":
-                return arr.astype(np.float32) if arr.dtype == np.float64 else arr
-            if kind in "bu":
-                return arr
-            raise TypeError(f"values of mixed types: {sorted({type(v).__name__ for v in values})}")
-        if isinstance(first, np.ndarray | np.generic):
-            return np.stack(values) if isinstance(first, np.ndarray) else np.asarray(values)
-        if isinstance(first, str | bytes):
-            if not all(isinstance(v, type(first)) for v in values):
-                raise TypeError(
-                    f"values of mixed types: {sorted({type(v).__name__ for v in values})}"
-                )
-            return np.asarray(values)
+        ftype = type(first)
+        if ftype is np.ndarray or isinstance(first, np.generic):
+            return np.asarray(values)  # stacks along a new axis; raises on ragged shapes
+        if ftype is float:  # Python floats (ints and bools among them become floats too)
+            try:
+                return np.asarray(values, dtype=np.float32)
+            except (ValueError, TypeError):
+                raise TypeError(_mixed(values)) from None
+        if ftype is int or ftype is bool:
+            types = set(map(type, values))
+            if types == {bool}:
+                return np.asarray(values, dtype=np.bool_)
+            if types <= {int, bool}:
+                try:
+                    return np.asarray(values, dtype=np.int32)
+                except OverflowError:  # a value does not fit int32
+                    return np.asarray(values, dtype=np.int64)
+            if types <= {int, bool, float}:
+                return np.asarray(values, dtype=np.float32)
+            raise TypeError(_mixed(values))
         arr = np.asarray(values)
-        if arr.dtype == object:
-            raise TypeError(f"cannot stack values of type {type(first).__name__}")
+        kind = arr.dtype.kind
+        if isinstance(first, str | bytes):
+            if kind not in "SU" or not all(type(v) is ftype for v in values):
+                raise TypeError(_mixed(values))
+            return arr
+        if kind == "O":
+            raise TypeError(f"cannot stack values of type {ftype.__name__}")
         return arr
     except ValueError as e:
         raise ValueError(
@@ -84,10 +90,15 @@ def stack_component(values: list[Any], key: Any = 0) -> np.ndarray:
 def _aggregate(holder: list[Any], use_list: bool) -> Any:
     first = holder[0]
     if isinstance(first, list | tuple):
-        n = len(first)
+        columns = list(zip(*holder))
+        if len(columns) != len(first):
+            lens = sorted({len(dp) for dp in holder})
+            raise ValueError(
+                f"BatchData needs datapoints with the same number of components, got {lens}."
+            )
         if use_list:
-            return [[dp[k] for dp in holder] for k in range(n)]
-        return [stack_component([dp[k] for dp in holder], k) for k in range(n)]
+            return [list(c) for c in columns]
+        return [stack_component(c, k) for k, c in enumerate(columns)]
     if isinstance(first, dict):
         if use_list:
             return {k: [dp[k] for dp in holder] for k in first}
@@ -138,15 +149,14 @@ class BatchData(ProxyDataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         bs, use_list = self.batch_size, self.use_list
-        holder: list[Any] = []
-        append = holder.append
-        for dp in self.ds:
-            append(dp)
-            if len(holder) == bs:
-                yield _aggregate(holder, use_list)
-                holder.clear()
-        if self.remainder and holder:
-            yield _aggregate(holder, use_list)
+        itr = iter(self.ds)
+        while True:
+            chunk = list(islice(itr, bs))  # one C-level call per batch, not one per datapoint
+            if len(chunk) < bs:
+                if self.remainder and chunk:
+                    yield _aggregate(chunk, use_list)
+                return
+            yield _aggregate(chunk, use_list)
 
     @staticmethod
     def aggregate_batch(data_holder: list[Any], use_list: bool = False) -> Any:

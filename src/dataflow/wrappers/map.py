@@ -60,7 +60,7 @@ class MapDataComponent(MapData):
             ret = func(dp[index])
             if ret is None:
                 continue
-            dp = dict(dp) if isinstance(dp, dict) else list(dp)
+            dp = dp[:] if type(dp) is list else dict(dp) if isinstance(dp, dict) else list(dp)
             dp[index] = ret
             yield dp
 
