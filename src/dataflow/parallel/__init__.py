@@ -1,0 +1,34 @@
+"""Parallel execution: runners (N independent copies of a flow) and parallel mappers.
+
+One engine (:mod:`dataflow.parallel._worker`) with three back ends: threads, ``multiprocessing``
+queues and ZeroMQ. Worker errors are raised in the consumer as
+:class:`~dataflow.errors.WorkerError`; nothing hangs, nothing is lost, no process is left behind.
+"""
+
+from dataflow.parallel.process import MultiProcessPrefetchData, MultiProcessRunner, PrefetchData
+from dataflow.parallel.remote import RemoteDataZMQ, send_dataflow_zmq
+from dataflow.parallel.thread import MultiThreadMapData, MultiThreadPrefetchData, MultiThreadRunner
+from dataflow.parallel.zmq_map import (
+    MultiProcessMapAndBatchData,
+    MultiProcessMapAndBatchDataZMQ,
+    MultiProcessMapData,
+    MultiProcessMapDataZMQ,
+)
+from dataflow.parallel.zmq_runner import MultiProcessRunnerZMQ, PrefetchDataZMQ
+
+__all__ = [
+    "MultiProcessMapAndBatchData",
+    "MultiProcessMapAndBatchDataZMQ",
+    "MultiProcessMapData",
+    "MultiProcessMapDataZMQ",
+    "MultiProcessPrefetchData",
+    "MultiProcessRunner",
+    "MultiProcessRunnerZMQ",
+    "MultiThreadMapData",
+    "MultiThreadPrefetchData",
+    "MultiThreadRunner",
+    "PrefetchData",
+    "PrefetchDataZMQ",
+    "RemoteDataZMQ",
+    "send_dataflow_zmq",
+]

@@ -1,0 +1,339 @@
+"""The parallel engine shared by every back end (threads, ``multiprocessing``, ZeroMQ).
+
+Messages are tuples ``(kind, worker_id, payload)``:
+
+* ``DATA``: a runner's datapoint, or a mapper's list of ``(index, result)`` pairs;
+* ``ERROR``: an :class:`ErrorInfo` -- worker errors travel as values and are re-raised in the
+  consumer as :class:`~dataflow.errors.WorkerError` chained from the original exception;
+* ``READY``: a map worker announces it can take work (nothing is sent to it before that);
+* ``END``: a runner's copy of the flow yielded an empty epoch: that worker has nothing more.
+
+Map requests are chunks, lists of ``(index, datapoint)``; ``index`` is a global, increasing
+counter so that results can be matched, ordered and told apart from stale ones.
+
+:class:`MapScheduler` is the consumer side of every mapper: it keeps at most ``buffer_size``
+inputs in flight (submitted and not yet yielded), and
+
+* ``ordered=False``: yields results as they arrive;
+* ``ordered=True``: yields them in input order; results that arrive early wait in a reorder
+  buffer, which the in-flight bound keeps at most ``buffer_size`` long;
+* ``strict=True``: each ``__iter__`` is exactly one pass over the input: every input is mapped
+  once, nothing of another pass is mixed in;
+* ``strict=False``: one endless stream over repeated passes, continued by the next ``__iter__``
+  (results in flight when the consumer stopped are yielded by the next ``__iter__``).
+
+In both modes results that are ``None`` are dropped, as ``MapData`` does.
+"""
+
+from __future__ import annotations
+
+import itertools
+import pickle
+import traceback
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dataflow.errors import WorkerError
+
+__all__ = [
+    "DATA",
+    "END",
+    "ERROR",
+    "READY",
+    "ErrorInfo",
+    "MapScheduler",
+    "WorkerStopped",
+    "map_loop",
+    "raise_worker_error",
+    "repeat_enumerate",
+    "runner_loop",
+    "runner_stream",
+]
+
+DATA, ERROR, READY, END = 0, 1, 2, 3
+#: seconds between liveness checks while the consumer waits
+POLL_INTERVAL = 0.2
+
+
+class WorkerStopped(BaseException):
+    """Raised by an ``emit``/``receive`` callable to make a worker loop return quietly."""
+
+
+class _ReconstructedError(Exception):
+    """Stands in for a worker exception whose type could not be unpickled in the consumer."""
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    """An exception raised in a worker, as a picklable value."""
+
+    exc_type: str
+    message: str
+    traceback: str
+    exc_pickle: bytes | None
+    worker_id: int | None
+    index: int | None = None
+    stage: str | None = None
+
+    @classmethod
+    def capture(
+        cls,
+        exc: BaseException,
+        worker_id: int | None,
+        index: int | None = None,
+        stage: str | None = None,
+    ) -> ErrorInfo:
+        try:
+            exc_pickle = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
+            pickle.loads(exc_pickle)
+        except Exception:
+            exc_pickle = None
+        typ = type(exc)
+        name = typ.__qualname__ if typ.__module__ == "builtins" else (
+            f"{typ.__module__}.{typ.__qualname__}"
+        )
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        return cls(name, str(exc), tb, exc_pickle, worker_id, index, stage)
+
+    def original(self) -> BaseException:
+        """The original exception if it can be unpickled here, else a reconstruction."""
+        if self.exc_pickle is not None:
+            try:
+                exc = pickle.loads(self.exc_pickle)
+                if isinstance(exc, BaseException):
+                    return exc
+            except Exception:
+                pass
+        return _ReconstructedError(f"{self.exc_type}: {self.message}")
+
+    def to_error(self, index: int | None = None) -> WorkerError:
+        return WorkerError(
+            self.exc_type,
+            self.message,
+            self.traceback,
+            worker_id=self.worker_id,
+            index=self.index if index is None else index,
+            stage=self.stage,
+        )
+
+
+def raise_worker_error(info: ErrorInfo, index: int | None = None) -> None:
+    """Raise ``info`` as a ``WorkerError`` chained from the original exception."""
+    raise info.to_error(index) from info.original()
+
+
+# ---- worker side ------------------------------------------------------------------------------
+
+
+def runner_loop(ds: Any, emit: Callable[[tuple], None], worker_id: int, stage: str) -> None:
+    """Body of a runner worker: ``reset_state()`` its copy of ``ds``, then send epochs forever.
+
+    An epoch that yields nothing ends the worker with ``END`` (so an empty or exhausted flow
+    ends the consumer's iteration instead of spinning or hanging).
+    """
+    try:
+        ds.reset_state()
+        while True:
+            n = 0
+            for dp in ds:
+                emit((DATA, worker_id, dp))
+                n += 1
+            if n == 0:
+                emit((END, worker_id, None))
+                return
+    except WorkerStopped:
+        return
+    except BaseException as e:
+        try:
+            emit((ERROR, worker_id, ErrorInfo.capture(e, worker_id, stage=stage)))
+        except WorkerStopped:
+            return
+
+
+def map_loop(
+    receive: Callable[[], list | None],
+    emit: Callable[[tuple], None],
+    map_func: Callable[[Any], Any],
+    worker_id: int,
+    stage: str,
+    finish_chunk: Callable[[list], list] | None = None,
+) -> None:
+    """Body of a map worker: map each received chunk, send results (or errors) back.
+
+    ``receive()`` returns the next chunk or ``None`` to stop. ``finish_chunk`` may transform
+    a chunk's ``(index, result)`` list before it is sent (the batching mapper uses it); it
+    must keep one pair per index so that the consumer can account for every input.
+    """
+    try:
+        while True:
+            chunk = receive()
+            if chunk is None:
+                return
+            results = []
+            for index, dp in chunk:
+                try:
+                    results.append((index, map_func(dp)))
+                except WorkerStopped:
+                    raise
+                except BaseException as e:
+                    emit((ERROR, worker_id, ErrorInfo.capture(e, worker_id, index, stage)))
+                    results.append((index, None))
+            if finish_chunk is not None:
+                results = finish_chunk(results)
+            emit((DATA, worker_id, results))
+    except WorkerStopped:
+        return
+
+
+# ---- consumer side ----------------------------------------------------------------------------
+
+
+def runner_stream(
+    receive: Callable[[float], tuple | None],
+    num_workers: int,
+    size: int | None,
+    finished: set[int],
+) -> Iterator[Any]:
+    """One ``__iter__`` of a runner: ``size`` datapoints (or forever when ``size`` is None).
+
+    Stops early once every worker ended (``finished``, updated in place, persists).
+    """
+    count = 0
+    while size is None or count < size:
+        if len(finished) >= num_workers:
+            return
+        msg = receive(POLL_INTERVAL)
+        if msg is None:
+            continue
+        kind, wid, payload = msg
+        if kind == DATA:
+            count += 1
+            yield payload
+        elif kind == ERROR:
+            finished.add(wid)
+            raise_worker_error(payload)
+        elif kind == END:
+            finished.add(wid)
+
+
+def repeat_enumerate(ds: Iterable[Any]) -> Iterator[tuple[int, Any]]:
+    """``(position in epoch, datapoint)`` over endless passes of ``ds``; stops on an empty pass."""
+    while True:
+        n = 0
+        for n, dp in enumerate(ds, 1):
+            yield n - 1, dp
+        if n == 0:
+            return
+
+
+class MapTransport(Protocol):
+    def submit(self, chunk: list[tuple[int, Any]]) -> None: ...
+
+    def receive(self, timeout: float) -> tuple | None: ...
+
+
+_SKIP = object()
+
+
+class MapScheduler:
+    """Consumer side of a parallel map; see the module docstring for the semantics."""
+
+    def __init__(
+        self, transport: MapTransport, buffer_size: int, ordered: bool, chunk_size: int = 1
+    ) -> None:
+        self.transport = transport
+        self.buffer_size = buffer_size
+        self.ordered = ordered
+        self.chunk_size = max(1, chunk_size)
+        self._next_index = 0
+        self._epoch_start = 0
+        self._outstanding: dict[int, int] = {}  # index -> position in its epoch
+        self._n_stale = 0  # outstanding inputs of an abandoned strict epoch
+        self._done: dict[int, Any] = {}  # ordered: finished results waiting for their turn
+        self._ready: deque[Any] = deque()  # unordered: results waiting to be yielded
+        self._next_yield = 0
+        self._source: Iterator[tuple[int, Any]] | None = None
+        self._source_done = False
+
+    def _in_flight(self) -> int:
+        return len(self._outstanding) + len(self._done) + len(self._ready)
+
+    def start_epoch(self, source: Iterator[tuple[int, Any]]) -> None:
+        """Begin a new pass (strict): what is still in flight from an older one is dropped."""
+        self._epoch_start = self._next_index
+        self._n_stale = len(self._outstanding)
+        self._done.clear()
+        self._ready.clear()
+        self._next_yield = self._next_index
+        self._source, self._source_done = source, False
+
+    def set_source(self, source: Iterator[tuple[int, Any]]) -> None:
+        """Use ``source`` for a continued, non-strict stream (called once)."""
+        self._source, self._source_done = source, False
+
+    def _fill(self) -> None:
+        source = self._source
+        while not self._source_done and self._in_flight() < self.buffer_size:
+            room = min(self.chunk_size, self.buffer_size - self._in_flight())
+            chunk = []
+            for pos, dp in itertools.islice(source, room):  # type: ignore[arg-type]
+                idx = self._next_index
+                self._next_index += 1
+                self._outstanding[idx] = pos
+                chunk.append((idx, dp))
+            if len(chunk) < room:
+                self._source_done = True
+            if chunk:
+                self.transport.submit(chunk)
+
+    def _handle(self, msg: tuple) -> None:
+        kind, _wid, payload = msg
+        if kind == DATA:
+            for idx, out in payload:
+                if self._outstanding.pop(idx, None) is None:
+                    continue
+                if idx < self._epoch_start:
+                    self._n_stale -= 1
+                elif self.ordered:
+                    self._done[idx] = _SKIP if out is None else out
+                elif out is not None:
+                    self._ready.append(out)
+        elif kind == ERROR:
+            pos = self._outstanding.get(payload.index) if payload.index is not None else None
+            raise_worker_error(payload, pos)
+
+    def _pop_ready(self) -> tuple[bool, Any]:
+        if self.ordered:
+            while self._next_yield in self._done:
+                out = self._done.pop(self._next_yield)
+                self._next_yield += 1
+                if out is not _SKIP:
+                    return True, out
+            return False, None
+        if self._ready:
+            return True, self._ready.popleft()
+        return False, None
+
+    def run(self) -> Iterator[Any]:
+        """Yield results until the current source is exhausted and everything is drained."""
+        while True:
+            self._fill()
+            ok, out = self._pop_ready()
+            if ok:
+                yield out
+                continue
+            if self._source_done and len(self._outstanding) == self._n_stale:
+                return
+            try:
+                msg = self.transport.receive(POLL_INTERVAL)
+            except WorkerError as e:
+                if e.index is not None and e.index in self._outstanding:
+                    raise WorkerError(
+                        e.exc_type, e.exc_message, e.remote_traceback, e.worker_id,
+                        self._outstanding[e.index], e.stage,
+                    ) from e.__cause__
+                raise
+            if msg is not None:
+                self._handle(msg)

@@ -1,0 +1,107 @@
+"""Shared-memory transport of large buffers between the processes of one machine.
+
+A worker copies a large buffer (a NumPy array's memory) once into a POSIX shared-memory segment
+(``/dev/shm/dataflow-<runner>-<n>``, the namespace that ``multiprocessing.shared_memory`` uses)
+and sends only its name. The consumer maps the segment, unlinks it at once and wraps the mapping
+in a writable ``memoryview``: the memory is released when the last array using it is garbage
+collected, and nothing is left in ``/dev/shm`` (a runner's ``close()`` also removes segments
+that were sent but never received).
+
+Segments are created directly (``os.open`` + ``mmap``) rather than through
+``multiprocessing.shared_memory.SharedMemory``, whose resource tracker would start an extra
+helper process and warn about segments that the *other* process unlinks.
+
+Before writing, the worker checks the free space of ``/dev/shm``; when a segment would leave
+less than :data:`MIN_FREE_BYTES` free (containers often have a 64 MB ``/dev/shm``), it warns
+once and sends the buffer inline through ZeroMQ instead.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import mmap
+import os
+import sys
+import warnings
+
+__all__ = ["SHM_DIR", "SharedMemoryWriter", "cleanup_segments", "open_segment", "shm_available"]
+
+SHM_DIR = "/dev/shm"
+#: free space that must remain in /dev/shm after writing a segment
+MIN_FREE_BYTES = 256 * 1024 * 1024
+
+
+def shm_available() -> bool:
+    """Whether the shared-memory path can be used on this OS."""
+    return sys.platform.startswith("linux") and os.path.isdir(SHM_DIR)
+
+
+def _free_bytes() -> int:
+    st = os.statvfs(SHM_DIR)
+    return st.f_bavail * st.f_frsize
+
+
+class SharedMemoryWriter:
+    """Writes buffers into fresh segments named ``<prefix>-<worker>-<n>`` (worker side)."""
+
+    def __init__(self, prefix: str, worker_id: int) -> None:
+        self.prefix = f"{prefix}-{worker_id}"
+        self._counter = itertools.count()
+        self._warned = False
+
+    def write(self, buf: memoryview) -> str | None:
+        """Copy ``buf`` (1-D bytes) into a new segment; its name, or ``None`` to send inline."""
+        nbytes = buf.nbytes
+        try:
+            if _free_bytes() - nbytes < MIN_FREE_BYTES:
+                raise OSError(f"only {_free_bytes()} bytes free in {SHM_DIR}")
+            name = f"{self.prefix}-{next(self._counter)}"
+            fd = os.open(os.path.join(SHM_DIR, name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except OSError as e:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(
+                    f"dataflow: shared memory unavailable ({e}); sending large arrays through "
+                    "ZeroMQ instead. Enlarge /dev/shm (docker: --shm-size=2g) to use it.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            return None
+        try:
+            os.ftruncate(fd, nbytes)
+            with mmap.mmap(fd, nbytes) as m:
+                m[:] = buf
+        except BaseException:
+            os.close(fd)
+            os.unlink(os.path.join(SHM_DIR, name))
+            raise
+        os.close(fd)
+        return name
+
+
+def open_segment(name: str) -> memoryview:
+    """Map segment ``name`` (consumer side), unlink it, and return a writable view of it."""
+    if "/" in name or not name.startswith("dataflow-"):
+        raise ValueError(f"invalid shared-memory segment name {name!r}")
+    path = os.path.join(SHM_DIR, name)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        m = mmap.mmap(fd, size) if size else None
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return memoryview(m) if m is not None else memoryview(bytearray())
+
+
+def cleanup_segments(prefix: str) -> int:
+    """Remove every segment whose name starts with ``prefix`` (never received); returns count."""
+    n = 0
+    for path in glob.glob(os.path.join(SHM_DIR, glob.escape(prefix) + "-*")):
+        try:
+            os.unlink(path)
+            n += 1
+        except OSError:
+            pass
+    return n

@@ -1,0 +1,321 @@
+"""Process mappers over ZeroMQ: ``MultiProcessMapDataZMQ`` and ``MultiProcessMapAndBatchDataZMQ``.
+
+Dispatch cannot lose a request (the flaw of tensorpack's DEALER/REP design, SPEC 2.7): the
+consumer binds a ROUTER socket; each worker connects a DEALER with identity ``w<id>`` and first
+sends ``READY``. Requests go only to workers that announced themselves, with
+``ROUTER_MANDATORY`` (an unroutable send raises instead of dropping) and no high-water mark
+(memory is bounded by ``buffer_size``, the number of inputs in flight). Each request is a chunk
+of ``(index, datapoint)`` pairs, sent to the least-loaded worker; every input is answered.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from dataflow.base import DataFlow
+from dataflow.parallel import _lifecycle
+from dataflow.parallel._base import MapperBase, check_positive_int
+from dataflow.parallel._transport import Endpoint, FrameCodec, import_zmq
+from dataflow.parallel._worker import DATA, READY, MapScheduler, map_loop
+from dataflow.parallel.process import ProcessPool
+from dataflow.parallel.shared_memory import SharedMemoryWriter, cleanup_segments, shm_available
+
+__all__ = [
+    "MultiProcessMapAndBatchData",
+    "MultiProcessMapAndBatchDataZMQ",
+    "MultiProcessMapData",
+    "MultiProcessMapDataZMQ",
+]
+
+
+class _Batcher:
+    """Worker-side ``finish_chunk`` that turns mapped results into batches of ``batch_size``."""
+
+    def __init__(self, batch_size: int) -> None:
+        from dataflow.wrappers import BatchData
+
+        self.aggregate = BatchData.aggregate_batch
+        self.batch_size = batch_size
+        self.acc: list[Any] = []
+
+    def __call__(self, results: list) -> list:
+        self.acc.extend(out for _, out in results if out is not None)
+        batches = []
+        while len(self.acc) >= self.batch_size:
+            batches.append(self.aggregate(self.acc[: self.batch_size]))
+            del self.acc[: self.batch_size]
+        out = [(idx, None) for idx, _ in results]
+        if batches and out:
+            out[-1] = (out[-1][0], batches)
+        return out
+
+
+def _zmq_map_main(
+    map_func: Callable[[Any], Any],
+    address: str,
+    worker_id: int,
+    parent: tuple[int, bool],
+    shm_prefix: str | None,
+    stage: str,
+    batch_size: int | None,
+) -> None:
+    _lifecycle.worker_bootstrap(worker_id, parent, seed_globals=True)
+    zmq = import_zmq()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, b"w%d" % worker_id)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.RECONNECT_IVL, 10)
+    sock.connect(address)
+    codec = FrameCodec(SharedMemoryWriter(shm_prefix, worker_id) if shm_prefix else None)
+
+    def emit(msg: tuple) -> None:
+        sock.send_multipart(codec.encode(msg), copy=False)
+
+    def receive() -> list | None:
+        return FrameCodec.decode(sock.recv_multipart(copy=False))
+
+    emit((READY, worker_id, None))
+    finish = _Batcher(batch_size) if batch_size else None
+    try:
+        map_loop(receive, emit, map_func, worker_id, stage, finish)
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+class _ZmqMapTransport:
+    """Consumer side: ROUTER socket, readiness tracking, least-loaded dispatch."""
+
+    def __init__(self, num_proc: int, shm_prefix: str | None) -> None:
+        self.zmq = zmq = import_zmq()
+        self.endpoint = Endpoint("map")
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.endpoint.bind(self.sock)
+        self.codec = FrameCodec(SharedMemoryWriter(shm_prefix, "p") if shm_prefix else None)  # type: ignore[arg-type]
+        self.load = [0] * num_proc
+        self.ready: set[int] = set()
+        self.pool: ProcessPool | None = None
+        self._pending: deque[tuple] = deque()
+        self._recv: Callable[[float], tuple | None] = self._raw
+
+    def attach(self, pool: ProcessPool) -> None:
+        self.pool = pool
+        pool.assigned = {i: {} for i in range(len(self.load))}
+        self._recv = pool.receiver(self._raw)
+
+    def _raw(self, timeout: float) -> tuple | None:
+        sock = self.sock
+        while sock.poll(int(timeout * 1000)):
+            frames = sock.recv_multipart(copy=False)
+            msg = FrameCodec.decode(frames[1:])
+            kind, wid = msg[0], msg[1]
+            if kind == READY:
+                self.ready.add(wid)
+                timeout = 0
+                continue
+            if kind == DATA:
+                assigned = self.pool.assigned[wid] if self.pool else {}
+                for idx, _ in msg[2]:
+                    assigned.pop(idx, None)
+                self.load[wid] -= len(msg[2])
+            return msg
+        return None
+
+    def submit(self, chunk: list) -> None:
+        while True:
+            while not self.ready:
+                msg = self._recv(0.2)
+                if msg is not None:
+                    self._pending.append(msg)
+            wid = min(self.ready, key=self.load.__getitem__)
+            try:
+                self.sock.send_multipart([b"w%d" % wid, *self.codec.encode(chunk)], copy=False)
+            except self.zmq.ZMQError as e:
+                if e.errno != self.zmq.EHOSTUNREACH:
+                    raise
+                self.ready.discard(wid)  # it died; the death check reports it
+                continue
+            self.load[wid] += len(chunk)
+            if self.pool is not None:
+                self.pool.assigned[wid].update(dict.fromkeys(idx for idx, _ in chunk))
+            return
+
+    def receive(self, timeout: float) -> tuple | None:
+        if self._pending:
+            return self._pending.popleft()
+        return self._recv(timeout)
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+        self.ctx.term()
+        self.endpoint.cleanup()
+
+
+class _ZmqMapperBase(MapperBase):
+    _worker_arg = "num_proc"
+    _batch_size: int | None = None
+
+    def _init_zmq(self, start_method: str | None, use_shm: bool) -> None:
+        self.num_proc = self.num_workers
+        self.start_method = start_method
+        _lifecycle.get_context(start_method)  # validate now
+        self.use_shm = bool(use_shm) and shm_available()
+        self._transport: _ZmqMapTransport | None = None
+        self._pool: ProcessPool | None = None
+        self._shm_prefix: str | None = None
+
+    def _start(self) -> None:
+        self._shm_prefix = f"dataflow-{uuid.uuid4().hex[:16]}" if self.use_shm else None
+        self._transport = transport = _ZmqMapTransport(self.num_proc, self._shm_prefix)
+        parent = _lifecycle.parent_info()
+        stage = type(self).__name__
+        self._pool = ProcessPool(
+            _zmq_map_main,
+            [
+                (self.map_func, transport.endpoint.address, i, parent, self._shm_prefix, stage,
+                 self._batch_size)
+                for i in range(self.num_proc)
+            ],
+            start_method=self.start_method,
+            name=stage,
+            picklable=self.map_func,
+            mapper=True,
+        )
+        transport.attach(self._pool)
+        try:
+            self._pool.start()
+        except BaseException:
+            self._stop()
+            raise
+
+    def _stop(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool = None
+        if self._transport is not None:
+            self._transport.close()
+            self._transport = None
+        if self._shm_prefix is not None:
+            cleanup_segments(self._shm_prefix)
+            self._shm_prefix = None
+
+
+class MultiProcessMapDataZMQ(_ZmqMapperBase):
+    """Map ``map_func`` over ``ds`` with ``num_proc`` worker processes.
+
+    ``ds`` is iterated in the consumer; inputs and results travel over ZeroMQ (pickle protocol
+    5, array memory as separate frames, large arrays through shared memory). At most
+    ``buffer_size`` inputs are in flight.
+
+    * ``strict=False`` (tensorpack's default): an endless stream over repeated passes of
+      ``ds``; each ``__iter__`` continues it (nothing in flight is lost between them).
+    * ``strict=True``: each ``__iter__`` yields exactly the results of one pass of ``ds``
+      (the multiset of the serial map), for any ``buffer_size``.
+    * ``ordered=False``: results in completion order; ``ordered=True``: in input order.
+
+    ``None`` results are dropped (as ``MapData`` does; tensorpack's strict mode asserted).
+    ``len()`` is ``len(ds)``. Workers seed ``random`` and ``np.random`` from
+    ``dataflow.rng`` (distinct per worker, reproducible under ``set_seed``).
+
+    Unlike tensorpack: no request is ever lost (readiness + ROUTER dispatch), an exception in
+    ``map_func`` or a killed worker is raised in the consumer as
+    :class:`~dataflow.errors.WorkerError` (with the input's index), and exit never hangs.
+
+    Args:
+        start_method: ``None`` (fork on Linux), ``'fork'``, ``'forkserver'`` or ``'spawn'``
+            (then ``map_func`` must be picklable: no lambdas).
+        use_shm: send arrays of 4 MiB or more through ``/dev/shm`` (Linux).
+    """
+
+    def __init__(
+        self,
+        ds: DataFlow,
+        num_proc: int | None = None,
+        map_func: Callable[[Any], Any] | None = None,
+        *,
+        buffer_size: int = 200,
+        strict: bool = False,
+        ordered: bool = False,
+        start_method: str | None = None,
+        use_shm: bool = True,
+    ) -> None:
+        super().__init__(ds, num_proc, map_func, buffer_size, strict, ordered)
+        self._init_zmq(start_method, use_shm)
+
+    def _make_scheduler(self) -> MapScheduler:
+        assert self._transport is not None
+        chunk = max(1, min(16, self.buffer_size // (4 * self.num_proc)))
+        return MapScheduler(self._transport, self.buffer_size, self.ordered, chunk)
+
+
+class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
+    """Map ``map_func`` in ``num_proc`` processes and batch the results there.
+
+    Each worker maps the inputs it receives, drops ``None`` results, and emits batches of
+    ``batch_size`` built with ``BatchData.aggregate_batch`` (arrays, not lists); a worker's
+    incomplete batch waits for its next inputs. Endless (over repeated passes of ``ds``); no
+    ``len()``. Same as ``BatchData(MapData(ds, map_func), batch_size)`` up to order.
+
+    ``buffer_size`` (inputs in flight) defaults to ``10 * batch_size`` (tensorpack documented
+    this default but crashed when it was omitted) and must exceed ``batch_size``.
+    """
+
+    def __init__(
+        self,
+        ds: DataFlow,
+        num_proc: int,
+        map_func: Callable[[Any], Any],
+        batch_size: int,
+        buffer_size: int | None = None,
+        *,
+        start_method: str | None = None,
+        use_shm: bool = True,
+    ) -> None:
+        batch_size = check_positive_int(batch_size, "batch_size", 32)
+        if buffer_size is None:
+            buffer_size = 10 * batch_size
+        check_positive_int(buffer_size, "buffer_size", 10 * batch_size)
+        if buffer_size <= batch_size:
+            raise ValueError(
+                f"`buffer_size` must be larger than `batch_size` ({batch_size}), got "
+                f"{buffer_size}; pass e.g. buffer_size={10 * batch_size} or leave it None."
+            )
+        super().__init__(ds, num_proc, map_func, buffer_size, False, False)
+        self.batch_size = self._batch_size = batch_size
+        self._batches: deque[Any] = deque()
+        self._init_zmq(start_method, use_shm)
+
+    def __len__(self) -> int:
+        from dataflow.errors import UnknownLengthError
+
+        raise UnknownLengthError(
+            "MultiProcessMapAndBatchDataZMQ is endless and has no length; wrap it in "
+            "FixedSizeData(df, size) to give it one."
+        )
+
+    def _make_scheduler(self) -> MapScheduler:
+        assert self._transport is not None
+        return MapScheduler(self._transport, self.buffer_size, False, self.batch_size)
+
+    def __iter__(self):
+        pending = self._batches  # batches received but not yet yielded survive a break
+        while pending:
+            yield pending.popleft()
+        for batches in super().__iter__():
+            pending.extend(batches)
+            while pending:
+                yield pending.popleft()
+
+
+MultiProcessMapData = MultiProcessMapDataZMQ
+MultiProcessMapAndBatchData = MultiProcessMapAndBatchDataZMQ

@@ -1,0 +1,167 @@
+"""``MultiProcessRunnerZMQ``: independent copies of a flow in processes, over ZeroMQ."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from dataflow.base import DataFlow
+from dataflow.parallel import _lifecycle
+from dataflow.parallel._base import RunnerBase, check_positive_int
+from dataflow.parallel._transport import Endpoint, FrameCodec, import_zmq
+from dataflow.parallel._worker import runner_loop
+from dataflow.parallel.process import ProcessPool
+from dataflow.parallel.shared_memory import SharedMemoryWriter, cleanup_segments, shm_available
+
+__all__ = ["MultiProcessRunnerZMQ", "PrefetchDataZMQ"]
+
+#: milliseconds a finished worker waits for its last message (END / ERROR) to be delivered
+FINAL_LINGER_MS = 10_000
+
+
+def zmq_context():
+    zmq = import_zmq()
+    return zmq, zmq.Context()
+
+
+def _zmq_runner_main(
+    ds: DataFlow,
+    address: str,
+    worker_id: int,
+    parent: tuple[int, bool],
+    hwm: int,
+    shm_prefix: str | None,
+) -> None:
+    _lifecycle.worker_bootstrap(worker_id, parent)
+    zmq, ctx = zmq_context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.RECONNECT_IVL, 10)
+    sock.connect(address)
+    codec = FrameCodec(SharedMemoryWriter(shm_prefix, worker_id) if shm_prefix else None)
+
+    def emit(msg: tuple) -> None:
+        sock.send_multipart(codec.encode(msg), copy=False)
+
+    try:
+        runner_loop(ds, emit, worker_id, "MultiProcessRunnerZMQ")
+    finally:
+        sock.close(linger=FINAL_LINGER_MS)
+        ctx.term()
+
+
+class MultiProcessRunnerZMQ(RunnerBase):
+    """Run ``num_proc`` independent copies of ``ds`` in processes; collect over ZeroMQ.
+
+    Tensorpack's contract (SPEC 2.6): each worker resets its own copy of ``ds`` and iterates
+    it forever, so with ``num_proc > 1`` an unshuffled ``ds`` is seen ``num_proc`` times and
+    epochs mix; ``num_proc=1`` keeps data and order. Each ``__iter__`` yields ``len(ds)``
+    datapoints (or forever if the length is unknown); ``len()`` is ``len(ds)``.
+
+    Transport: workers PUSH to a PULL socket bound to a private IPC endpoint. Datapoints are
+    pickled with protocol 5; array memory travels as separate frames without extra copies,
+    and arrays of at least 4 MiB through shared memory (``use_shm``). Each worker gets a
+    distinct, reproducible seed: it calls ``dataflow.rng.set_worker_info(worker_id)`` and then
+    ``ds.reset_state()``.
+
+    Unlike tensorpack: worker exceptions surface as :class:`~dataflow.errors.WorkerError`
+    (chained from the original), a killed worker is reported within seconds, ``reset_state()``
+    is idempotent, exit never hangs and workers never outlive the consumer.
+
+    Args:
+        ds: the flow to copy into each worker.
+        num_proc: number of worker processes.
+        hwm: ZeroMQ high-water mark (messages) of each worker and of the consumer.
+        start_method: ``None`` (fork on Linux, else spawn), ``'fork'``, ``'forkserver'`` or
+            ``'spawn'`` (then ``ds`` must be picklable).
+        use_shm: send arrays of 4 MiB or more through ``/dev/shm`` (Linux).
+    """
+
+    def __init__(
+        self,
+        ds: DataFlow,
+        num_proc: int = 1,
+        hwm: int = 50,
+        *,
+        start_method: str | None = None,
+        use_shm: bool = True,
+    ) -> None:
+        super().__init__(ds)
+        self.num_proc = self._num_workers = check_positive_int(num_proc, "num_proc")
+        self.hwm = check_positive_int(hwm, "hwm", 50)
+        self.start_method = start_method
+        _lifecycle.get_context(start_method)  # validate now
+        self.use_shm = bool(use_shm) and shm_available()
+        self._pool: ProcessPool | None = None
+        self._ctx: Any = None
+        self._sock: Any = None
+        self._endpoint: Endpoint | None = None
+        self._shm_prefix: str | None = None
+
+    def _start(self) -> None:
+        zmq = import_zmq()
+        self._endpoint = endpoint = Endpoint("runner")
+        self._shm_prefix = f"dataflow-{uuid.uuid4().hex[:16]}" if self.use_shm else None
+        if endpoint.needs_early_bind:
+            self._bind()
+        parent = _lifecycle.parent_info()
+        self._pool = ProcessPool(
+            _zmq_runner_main,
+            [
+                (self.ds, endpoint.address, i, parent, self.hwm, self._shm_prefix)
+                for i in range(self.num_proc)
+            ],
+            start_method=self.start_method,
+            name=type(self).__name__,
+            picklable=self.ds,
+        )
+        try:
+            self._pool.start()  # before creating the context: never fork a process with
+            if self._sock is None:  # ZeroMQ's I/O threads running
+                self._bind()
+        except BaseException:
+            self._stop()
+            raise
+        sock = self._sock
+        codec = FrameCodec
+
+        def raw(timeout: float) -> tuple | None:
+            try:
+                if not sock.poll(int(timeout * 1000)):
+                    return None
+                return codec.decode(sock.recv_multipart(copy=False))
+            except zmq.ContextTerminated as e:
+                from dataflow.errors import DataFlowTerminated
+
+                raise DataFlowTerminated(f"{type(self).__name__} was closed") from e
+
+        self._receive = self._pool.receiver(raw)  # type: ignore[method-assign]
+
+    def _bind(self) -> None:
+        zmq = import_zmq()
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.PULL)
+        self._sock.setsockopt(zmq.RCVHWM, self.hwm)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        assert self._endpoint is not None
+        self._endpoint.bind(self._sock)
+
+    def _stop(self) -> None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool = None
+        if self._sock is not None:
+            self._sock.close(linger=0)
+            self._sock = None
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+        if self._endpoint is not None:
+            self._endpoint.cleanup()
+            self._endpoint = None
+        if self._shm_prefix is not None:
+            cleanup_segments(self._shm_prefix)
+            self._shm_prefix = None
+
+
+PrefetchDataZMQ = MultiProcessRunnerZMQ
