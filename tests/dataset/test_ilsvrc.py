@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflow.dataset import (
     ILSVRC12,
@@ -277,3 +279,20 @@ def test_tiny_imagenet_errors(tiny_dir):
         TinyImageNet(d, "test")
     with pytest.raises(FileNotFoundError, match=r"wnids\.txt"):
         TinyImageNet(d / "nowhere", "train")
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 3), st.integers(1, 4), st.integers(1, 4)),
+    legacy=st.booleans(),
+    data=st.data(),
+)
+def test_blob_round_trip(shape, legacy, data):
+    n = int(np.prod(shape))
+    values = data.draw(
+        st.lists(st.floats(-1e6, 1e6, width=32, allow_nan=False), min_size=n, max_size=n)
+    )
+    chw = np.asarray(values, np.float32).reshape(shape)
+    blob = read_blob_proto(blob_proto_bytes(chw, legacy=legacy))
+    assert blob.dtype == np.float32
+    np.testing.assert_array_equal(blob.reshape(shape), chw)

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import gzip
 import os
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflow.dataset import DatasetNotFoundError, FashionMnist, Mnist
 from dataflow.dataset.mnist import read_idx
@@ -152,3 +156,25 @@ def test_count_mismatch(mnist_dir):
 def test_bad_split_name(tmp_path):
     with pytest.raises(ValueError, match="`train_or_test` must be one of 'train', 'test'"):
         Mnist("val", dir=tmp_path)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    n=st.integers(0, 4),
+    rows=st.integers(1, 5),
+    cols=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+)
+def test_idx_round_trip(n, rows, cols, seed):
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, size=(n, rows, cols), dtype=np.uint8)
+    labels = rng.integers(0, 256, size=n, dtype=np.uint8)
+    with tempfile.TemporaryDirectory() as d:
+        write_idx_gz(Path(d) / "i.gz", images)
+        write_idx_gz(Path(d) / "l.gz", labels)
+        got_images = read_idx(os.path.join(d, "i.gz"), 2051)
+        got_labels = read_idx(os.path.join(d, "l.gz"), 2049)
+    assert got_images.dtype == np.uint8
+    assert got_images.shape == (n, rows, cols)
+    np.testing.assert_array_equal(got_images, images)
+    np.testing.assert_array_equal(got_labels, labels)

@@ -103,7 +103,8 @@ class Mnist(IndexedDataset):
                 f"{owner}: {image_file!r} has {len(images)} images but {label_file!r} has "
                 f"{len(labels)} labels; the two files do not belong together."
             )
-        self.images = images.astype(np.float32) / 255.0
+        self.images = images.astype(np.float32)
+        self.images /= 255.0
         self.labels = labels
         self._init_iteration(shuffle, seed)
 
