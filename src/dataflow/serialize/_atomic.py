@@ -1,0 +1,196 @@
+"""Shared plumbing of the serializers: atomic targets, path checks, optional imports, errors.
+
+A save writes to a hidden temporary file in the target's directory and renames it onto the
+target only after everything was written and synced. Any exception (from the dataflow, the
+codec or the disk; ``KeyboardInterrupt`` included) removes the temporary file, so a failed save
+leaves neither a target nor a temporary file behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from dataflow.errors import DataFlowError
+
+__all__ = [
+    "CorruptFileError",
+    "ProgressMeter",
+    "atomic_target",
+    "check_data_paths",
+    "check_overwrite",
+    "check_source_path",
+    "describe",
+    "import_optional",
+    "reset_and_len",
+    "serialize_error",
+]
+
+_EXTRAS = {"lmdb": "lmdb", "h5py": "hdf5", "tensorflow": "tf", "cv2": "imgaug"}
+
+
+class CorruptFileError(DataFlowError, ValueError):
+    """A stored file is truncated, corrupt or of another format. The message names the file
+    and, where it applies, the index of the record that could not be read."""
+
+
+def import_optional(module: str, what: str) -> Any:
+    """Import an optional backend, or raise an ImportError that names the extra to install."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        extra = _EXTRAS.get(module)
+        hint = f"pip install 'dataflow-reloaded[{extra}]'" if extra else f"pip install {module}"
+        raise ImportError(f"{what} needs the optional package `{module}`; {hint}") from e
+
+
+def check_source_path(path: Any, what: str, param: str = "path") -> str:
+    """``os.fspath(path)`` of an existing path, else FileNotFoundError naming it."""
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        raise TypeError(
+            f"`{param}` of {what} must be a str or os.PathLike, got {path!r} "
+            f"(type {type(path).__name__})"
+        ) from None
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"{what}: `{param}` {p!r} does not exist; check the path.")
+    return p
+
+
+def check_overwrite(target: str, overwrite: bool, what: str) -> None:
+    if os.path.lexists(target) and not overwrite:
+        raise FileExistsError(
+            f"{what}: {target!r} already exists; pass overwrite=True to replace it, or choose "
+            "another path."
+        )
+    if os.path.isdir(target):
+        raise IsADirectoryError(f"{what}: {target!r} is a directory; give a file path instead.")
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # not supported on this platform
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_target(target: str) -> Iterator[str]:
+    """Yield a temporary path next to ``target``; rename it onto ``target`` on success.
+
+    The caller writes (and flushes/syncs) the temporary file inside the ``with`` block. On any
+    exception the temporary file (and an LMDB ``-lock`` sibling) is removed and the exception
+    propagates; ``target`` is untouched.
+    """
+    directory = os.path.dirname(os.path.abspath(target)) or "."
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(
+            f"the directory {directory!r} of {target!r} does not exist; create it first."
+        )
+    tmp = os.path.join(directory, f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex[:12]}")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    except BaseException:
+        for p in (tmp, tmp + "-lock"):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(p)
+        raise
+    _fsync_dir(directory)
+
+
+def check_data_paths(data_paths: Any) -> list[str]:
+    if isinstance(data_paths, str) or not isinstance(data_paths, list | tuple) or not data_paths:
+        raise TypeError(
+            f"`data_paths` must be a non-empty list of HDF5 dataset names, one per datapoint "
+            f"component, got {data_paths!r}; e.g. data_paths=['image', 'label']."
+        )
+    for p in data_paths:
+        if not isinstance(p, str):
+            raise TypeError(f"`data_paths` entries must be str, got {p!r} in {data_paths!r}")
+    if len(set(data_paths)) != len(data_paths):
+        raise ValueError(f"`data_paths` has duplicates: {data_paths!r}; give each a unique name.")
+    return list(data_paths)
+
+
+def reset_and_len(df: Any, what: str) -> int | None:
+    """Check ``df`` is a DataFlow, reset it (as tensorpack's saves do) and return its length."""
+    from dataflow.base import DataFlow
+
+    if not isinstance(df, DataFlow):
+        raise TypeError(
+            f"{what}: `df` must be a DataFlow, got {type(df).__name__}; wrap a list with "
+            "DataFromList(lst, shuffle=False)."
+        )
+    df.reset_state()
+    try:
+        return len(df)
+    except (NotImplementedError, TypeError):
+        return None
+
+
+class ProgressMeter:
+    """A tqdm bar showing datapoints/s, with MB/s written in the postfix.
+
+    ``update(n, nbytes)`` is called in batches by the writers, so the per-item cost is nil.
+    """
+
+    def __init__(self, desc: str, total: int | None, enabled: bool) -> None:
+        self.bar = None
+        self.nbytes = 0
+        self.t0 = time.perf_counter()
+        if enabled:
+            from dataflow.utils import get_tqdm
+
+            self.bar = get_tqdm(total=total, desc=desc, unit="dp", unit_scale=True)
+
+    def update(self, n: int, nbytes: int) -> None:
+        self.nbytes += nbytes
+        if self.bar is not None:
+            elapsed = max(time.perf_counter() - self.t0, 1e-9)
+            self.bar.set_postfix_str(f"{self.nbytes / elapsed / 1e6:.1f} MB/s", refresh=False)
+            self.bar.update(n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+
+def describe(obj: Any, depth: int = 0) -> str:
+    """A short structural description of a datapoint, for error messages."""
+    import numpy as np
+
+    if isinstance(obj, np.ndarray):
+        return f"ndarray({obj.dtype}, {obj.shape})"
+    if depth >= 2:
+        return type(obj).__name__
+    if isinstance(obj, list | tuple):
+        inner = ", ".join(describe(x, depth + 1) for x in obj[:8])
+        more = ", ..." if len(obj) > 8 else ""
+        return f"{type(obj).__name__}[{inner}{more}]"
+    if isinstance(obj, dict):
+        inner = ", ".join(f"{k!r}: {describe(v, depth + 1)}" for k, v in list(obj.items())[:8])
+        return "{" + inner + "}"
+    return type(obj).__name__
+
+
+def serialize_error(what: str, index: int, dp: Any, e: Exception) -> TypeError:
+    return TypeError(
+        f"{what}: datapoint {index} cannot be serialized ({type(e).__name__}: {e}); it is "
+        f"{describe(dp)}. Datapoints must hold picklable values (arrays, numbers, str, bytes, "
+        "lists, dicts); convert other objects (lambdas, generators, open files) first."
+    )

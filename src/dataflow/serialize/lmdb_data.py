@@ -1,0 +1,329 @@
+"""Readers of LMDB databases: ``LMDBData`` (raw ``[key, value]``) and ``LMDBDataDecoder``.
+
+On-disk layout (tensorpack's, see :class:`~dataflow.serialize.LMDBSerializer`): 8-digit ASCII
+keys ``b'00000000'``, ``b'00000001'``, ... holding serialized datapoints, plus an optional
+``b'__keys__'`` entry holding the serialized list of keys. The path is either a directory
+holding ``data.mdb`` or a single LMDB file.
+
+Differences from tensorpack, on purpose:
+
+* ``keys`` given as a format string (e.g. ``'{:0>8d}'``) produce ``bytes`` keys (tensorpack
+  produced ``str`` keys, which py-lmdb rejects on Python 3).
+* Explicit ``keys`` are what is iterated (in the given order when ``shuffle=False``) and
+  ``len`` is their count; without them, every entry but ``__keys__`` is.
+* ``shuffle`` orders come from :meth:`RNGDataFlow._epoch_rng`, so ``seed=`` reproduces them.
+* ``__iter__`` opens the database itself if ``reset_state()`` was not called.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from itertools import islice
+from typing import Any
+
+from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
+from dataflow.serialize._atomic import CorruptFileError, check_source_path, import_optional
+from dataflow.serialize.codec import get_loads, loads, sniff_codec
+
+__all__ = ["LMDBData", "LMDBDataDecoder"]
+
+logger = logging.getLogger(__name__)
+
+KEYS_KEY = b"__keys__"
+READ_MAP_SIZE = 1 << 41 if sys.maxsize > 2**32 else 1 << 30
+
+
+def open_env(path: str, what: str, readahead: bool = True):
+    """Open ``path`` (an LMDB directory or file) read-only and lock-free."""
+    lmdb = import_optional("lmdb", what)
+    subdir = os.path.isdir(path)
+    if subdir and not os.path.isfile(os.path.join(path, "data.mdb")):
+        raise FileNotFoundError(
+            f"{what}: the directory {path!r} holds no LMDB database (no data.mdb); check the path."
+        )
+    try:
+        return lmdb.open(
+            path,
+            subdir=subdir,
+            readonly=True,
+            lock=False,
+            readahead=readahead,
+            map_size=READ_MAP_SIZE,
+            max_readers=100,
+            meminit=False,
+        )
+    except lmdb.Error as e:
+        raise CorruptFileError(
+            f"{what}: {path!r} is not a readable LMDB database ({type(e).__name__}: {e})."
+        ) from e
+
+
+_ENVS: dict[tuple[int, int], list[Any]] = {}
+_ENVS_LOCK = threading.Lock()
+
+
+def acquire_env(path: str, what: str, readahead: bool = True) -> tuple[Any, tuple[int, int]]:
+    """A shared read-only environment for ``path`` and its registry key.
+
+    py-lmdb refuses to open one database twice in a process, so readers of the same file
+    (e.g. a train and a validation flow) share one environment, reference-counted.
+    """
+    data_file = os.path.join(path, "data.mdb") if os.path.isdir(path) else path
+    try:
+        st = os.stat(data_file)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"{what}: {path!r} holds no LMDB database (no {data_file!r}); check the path."
+        ) from None
+    key = (st.st_dev, st.st_ino)
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is not None:
+            entry[1] += 1
+            return entry[0], key
+        env = open_env(path, what, readahead)
+        _ENVS[key] = [env, 1]
+        return env, key
+
+
+def release_env(key: tuple[int, int]) -> None:
+    with _ENVS_LOCK:
+        entry = _ENVS.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] <= 0:
+            del _ENVS[key]
+            entry[0].close()
+
+
+def _as_key(k: Any, i: int) -> bytes:
+    if isinstance(k, bytes):
+        return k
+    if isinstance(k, str):
+        return k.encode("utf-8")
+    if isinstance(k, bytearray | memoryview):
+        return bytes(k)
+    raise TypeError(f"`keys` entries must be bytes or str, got {k!r} at index {i}")
+
+
+class LMDBData(RNGDataFlow):
+    """Yields ``[key, value]`` (both ``bytes``) of every entry of an LMDB database.
+
+    Args:
+        lmdb_path: a directory holding ``data.mdb``, or an LMDB file.
+        shuffle: ``False``: one sequential cursor scan in key order (fastest). ``True``: random
+            reads in a new order every epoch, by the keys of ``keys`` / ``__keys__`` (or, if
+            there are none, by keys collected with one scan at construction, which is slow).
+        keys: the keys to read: a list of ``bytes``/``str``, or a format string such as
+            ``'{:0>8d}'`` formatted over ``range(len)``. Default: the ``__keys__`` entry.
+        seed: seed of the shuffle orders (default: the global seed, else OS entropy).
+
+    ``len`` is exact. Not reentrant. The database is opened at construction only to count
+    entries, then closed; ``reset_state()`` (or the first ``__iter__``) reopens it, so the
+    flow can be forked or pickled before that.
+    """
+
+    def __init__(
+        self,
+        lmdb_path: str | os.PathLike,
+        shuffle: bool = True,
+        keys: list[Any] | str | None = None,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        self._what = type(self).__name__
+        self._lmdb_path = check_source_path(lmdb_path, self._what, "lmdb_path")
+        self._shuffle = bool(shuffle)
+        self.seed = seed
+        self._env = None
+        self._env_key: tuple[int, int] | None = None
+        self._pos = 0
+        self._epoch = 0
+        self._guard = DataFlowReentrantGuard(self._what)
+        self._codec = "pickle"
+        env, key = acquire_env(self._lmdb_path, self._what)
+        try:
+            with env.begin() as txn:
+                self._scan_layout(txn, keys)
+        finally:
+            release_env(key)
+
+    def _scan_layout(self, txn: Any, keys: list[Any] | str | None) -> None:
+        entries = txn.stat()["entries"]
+        stored_keys = txn.get(KEYS_KEY)
+        self._has_keys_entry = stored_keys is not None
+        self._size = entries - (1 if self._has_keys_entry else 0)
+        cur = txn.cursor()
+        self._keys_entry_last = bool(cur.last() and cur.key() == KEYS_KEY)
+        if cur.first() and cur.key() == KEYS_KEY:
+            cur.next()
+        first_value = cur.value() if cur.key() else None
+        if first_value:
+            self._codec = sniff_codec(first_value)
+        self._explicit_keys = keys is not None
+        if isinstance(keys, str):
+            keys = [keys.format(i).encode("utf-8") for i in range(self._size)]
+        elif keys is not None:
+            if not isinstance(keys, list | tuple):
+                raise TypeError(
+                    f"`keys` must be a list of keys, a format string like '{{:0>8d}}', or None, "
+                    f"got {type(keys).__name__}"
+                )
+            keys = [_as_key(k, i) for i, k in enumerate(keys)]
+        elif stored_keys is not None:
+            try:
+                keys = loads(stored_keys)
+            except Exception as e:
+                raise CorruptFileError(
+                    f"{self._what}: the `__keys__` entry of {self._lmdb_path!r} cannot be "
+                    f"decoded ({type(e).__name__}: {e})."
+                ) from e
+        elif self._shuffle:
+            logger.warning(
+                "%s: %r has no `__keys__` entry; collecting the keys with a full scan.",
+                self._what,
+                self._lmdb_path,
+            )
+            keys = [k for k in txn.cursor().iternext(keys=True, values=False) if k != KEYS_KEY]
+        self.keys = keys
+        if self._explicit_keys:
+            self._size = len(keys)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def reset_state(self) -> None:
+        super().reset_state()
+        self._open()
+
+    def _open(self) -> None:
+        if self._env is None:
+            self._env, self._env_key = acquire_env(
+                self._lmdb_path, self._what, readahead=not self._shuffle
+            )
+
+    def close(self) -> None:
+        key, self._env_key, self._env = self._env_key, None, None
+        if key is not None:
+            release_env(key)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_env"] = state["_env_key"] = None
+        return state
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ----------------------------------------------------------------- iteration
+    def _order(self) -> list[bytes]:
+        """This epoch's keys in read order (random reads)."""
+        keys = self.keys
+        if not self._shuffle:
+            return keys
+        perm = self._epoch_rng(self._epoch).permutation(len(keys))
+        return [keys[i] for i in perm.tolist()]
+
+    def _sequential(self, txn: Any, values_only: bool) -> Iterator[Any]:
+        cur = txn.cursor()
+        if not self._has_keys_entry or self._keys_entry_last:
+            it = cur.iternext(keys=not values_only, values=True)
+            return islice(it, self._size) if self._has_keys_entry else it
+        if values_only:
+            return (v for k, v in cur if k != KEYS_KEY)
+        return ((k, v) for k, v in cur if k != KEYS_KEY)
+
+    def _iter(self, decode: Callable[[bytes], Any] | None) -> Iterator[Any]:
+        self._open()
+        epoch = self._epoch
+        self._epoch += 1
+        self._pos = 0
+        by_key = self._shuffle or self._explicit_keys
+        with self._guard, self._env.begin(buffers=False) as txn:
+            if by_key:
+                yield from self._iter_keys(txn, decode)
+            elif decode is None:
+                for self._pos, kv in enumerate(self._sequential(txn, False), 1):  # noqa: B020
+                    yield list(kv)
+            else:
+                try:
+                    for self._pos, v in enumerate(self._sequential(txn, True), 1):  # noqa: B020
+                        yield decode(v)
+                except Exception as e:
+                    raise self._decode_error(e, epoch) from e
+
+    def _iter_keys(self, txn: Any, decode: Callable[[bytes], Any] | None) -> Iterator[Any]:
+        get = txn.get
+        order = self._order()
+        try:
+            if decode is None:
+                for self._pos, k in enumerate(order, 1):
+                    v = get(k)
+                    if v is None:
+                        raise KeyError(k)
+                    yield [k, v]
+            else:
+                for self._pos, k in enumerate(order, 1):
+                    yield decode(get(k))
+        except KeyError as e:
+            raise CorruptFileError(
+                f"{self._what}: key {e.args[0]!r} (record {self._pos - 1}) is missing from "
+                f"{self._lmdb_path!r}; the `keys` / `__keys__` list does not match the database."
+            ) from None
+        except Exception as e:
+            if get(order[self._pos - 1]) is None:
+                raise CorruptFileError(
+                    f"{self._what}: key {order[self._pos - 1]!r} (record {self._pos - 1}) is "
+                    f"missing from {self._lmdb_path!r}; `keys` / `__keys__` do not match it."
+                ) from None
+            raise self._decode_error(e, self._epoch - 1) from e
+
+    def _decode_error(self, e: Exception, epoch: int) -> CorruptFileError:
+        return CorruptFileError(
+            f"{self._what}: record {self._pos - 1} of {self._lmdb_path!r} (epoch {epoch}) "
+            f"cannot be decoded as {self._codec} ({type(e).__name__}: {e}); the file is corrupt "
+            "or was not written by LMDBSerializer."
+        )
+
+    def __iter__(self) -> Iterator[list[bytes]]:
+        return self._iter(None)
+
+
+class LMDBDataDecoder(ProxyDataFlow):
+    """Maps every ``[key, value]`` of ``lmdb_data`` through ``decoder(key, value)``.
+
+    A ``None`` result drops the datapoint (then ``len`` is an upper bound).
+    """
+
+    def __init__(self, lmdb_data: DataFlow, decoder: Callable[[bytes, bytes], Any]) -> None:
+        super().__init__(lmdb_data)
+        if not callable(decoder):
+            raise TypeError(f"`decoder` must be callable as decoder(key, value), got {decoder!r}")
+        self.decoder = decoder
+
+    def __iter__(self) -> Iterator[Any]:
+        decoder = self.decoder
+        for k, v in self.ds:
+            dp = decoder(k, v)
+            if dp is not None:
+                yield dp
+
+
+def _lmdb_loader(path: Any, shuffle: bool, seed: int | None) -> LMDBData:
+    """LMDBSerializer.load: an LMDBData that yields decoded values."""
+    return _LoadedLMDBData(path, shuffle, seed=seed)
+
+
+class _LoadedLMDBData(LMDBData):
+    """``LMDBData`` yielding ``loads(value)`` directly (no MapData layer on the hot path)."""
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._iter(get_loads(self._codec))

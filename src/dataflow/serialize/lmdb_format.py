@@ -1,0 +1,224 @@
+"""``LMDBSerializer``: save a DataFlow to an LMDB database, and load it back.
+
+Layout (tensorpack's, so files are exchangeable both ways): keys ``b'%08d' % index``, values
+``dumps(datapoint)`` (pickle protocol 5 by default), and a final ``b'__keys__'`` entry holding
+``dumps(list_of_keys)``. The path is a single LMDB file, or an existing directory that then gets
+``data.mdb`` (as in tensorpack).
+
+Differences from tensorpack, on purpose:
+
+* Atomic: the database is written to a temporary file next to the target and renamed onto it
+  once complete and synced; a failure leaves neither. An existing target is refused unless
+  ``overwrite=True``.
+* No data loss when the map grows: each write transaction's items are kept until it commits;
+  the map is grown between transactions when the next batch may not fit, and if LMDB still
+  reports ``MapFullError`` the transaction is aborted, the map doubled and the whole batch
+  replayed. The entry count is verified at the end.
+* Streaming with bounded memory: a transaction holds at most ``write_frequency`` datapoints and
+  about 64 MB. Items are appended with ``MDB_APPEND`` (keys are written in order), which is
+  faster than plain puts.
+* ``load(path, shuffle=False)`` is one sequential cursor scan; old msgpack files are detected.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from dataflow.serialize._atomic import (
+    ProgressMeter,
+    atomic_target,
+    check_overwrite,
+    import_optional,
+    reset_and_len,
+    serialize_error,
+)
+from dataflow.serialize.codec import get_dumps
+from dataflow.serialize.lmdb_data import KEYS_KEY, LMDBData, _lmdb_loader
+
+__all__ = ["LMDBSerializer"]
+
+_DEFAULT_MAP_SIZE = 1 << 40 if sys.platform.startswith("linux") and sys.maxsize > 2**32 else 1 << 27
+_MAX_TXN_BYTES = 64 << 20
+_APPEND_LIMIT = 10**8  # 8-digit keys stay in order below this; beyond, plain (unordered) puts
+
+
+class _LMDBWriter:
+    """Writes batches of ``(key, value)`` into a fresh LMDB file, growing the map safely."""
+
+    def __init__(self, path: str, map_size: int) -> None:
+        lmdb = import_optional("lmdb", "LMDBSerializer")
+        self._map_full = lmdb.MapFullError
+        self.map_size = int(map_size)
+        self.grows_proactive = 0
+        self.grows_reactive = 0
+        self.env = lmdb.open(
+            path,
+            subdir=False,
+            map_size=self.map_size,
+            meminit=False,
+            map_async=True,
+            sync=False,
+            metasync=False,
+            lock=False,
+            max_dbs=0,
+        )
+        self.psize = self.env.stat()["psize"]
+
+    def _grow(self) -> None:
+        self.map_size *= 2
+        self.env.set_mapsize(self.map_size)
+
+    def put_batch(self, items: list[tuple[bytes, bytes]], nbytes: int, append: bool) -> None:
+        """Write ``items`` in one transaction; no item is lost whatever the map size."""
+        psize = self.psize
+        count = len(items)
+        need = int(1.25 * (nbytes + 24 * count)) + 64 * psize
+        if count and nbytes // count > psize // 2:  # overflow pages round each value up
+            need += count * psize
+        used = (self.env.info()["last_pgno"] + 1) * psize
+        while used + need > self.map_size:  # grow between transactions (all committed)
+            self._grow()
+            self.grows_proactive += 1
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    consumed, _added = txn.cursor().putmulti(items, overwrite=True, append=append)
+                break
+            except self._map_full:  # the transaction was aborted: grow and replay all of it
+                self._grow()
+                self.grows_reactive += 1
+        if consumed != count:  # pragma: no cover - py-lmdb raises before this
+            raise RuntimeError(f"LMDB accepted {consumed} of {count} items")
+
+    def finish(self, expected_entries: int, path: str) -> None:
+        self.env.sync(True)
+        entries = self.env.stat()["entries"]
+        self.env.close()
+        if entries != expected_entries:
+            raise RuntimeError(
+                f"LMDBSerializer.save: {path!r} holds {entries} entries after writing, "
+                f"expected {expected_entries}; the database was not saved."
+            )
+
+    def abort(self) -> None:
+        try:
+            self.env.close()
+        except Exception:
+            pass
+
+
+def _target_file(path: str) -> str:
+    """The file to create: ``path/data.mdb`` for an existing directory, else ``path``."""
+    return os.path.join(path, "data.mdb") if os.path.isdir(path) else path
+
+
+class LMDBSerializer:
+    """Save a DataFlow to LMDB / load it back. See the module docstring for the layout."""
+
+    @staticmethod
+    def save(
+        df: Any,
+        path: str | os.PathLike,
+        write_frequency: int = 5000,
+        *,
+        overwrite: bool = False,
+        codec: str = "pickle",
+        map_size: int | None = None,
+        progress: bool = True,
+    ) -> None:
+        """Write one epoch of ``df`` (after calling ``df.reset_state()``) to ``path``.
+
+        Args:
+            df: a finite DataFlow.
+            path: an LMDB file to create, or an existing directory (``data.mdb`` goes inside).
+            write_frequency: datapoints per write transaction (at most; transactions are also
+                cut at about 64 MB).
+            overwrite: replace an existing database.
+            codec: ``"pickle"`` (tensorpack >= 0.9.9) or ``"msgpack"`` (older tensorpack).
+            map_size: initial LMDB map size in bytes (default 1 TiB of address space on 64-bit
+                Linux, 128 MiB elsewhere); it doubles as needed.
+            progress: show a tqdm bar (datapoints/s and MB/s).
+
+        Raises:
+            FileExistsError: the target exists and ``overwrite`` is false.
+            TypeError: a datapoint cannot be serialized (message names its index).
+        """
+        path = os.fspath(path)
+        if (
+            isinstance(write_frequency, bool)
+            or not isinstance(write_frequency, int)
+            or (write_frequency < 1)
+        ):
+            raise ValueError(
+                f"`write_frequency` must be a positive int, got {write_frequency!r}; "
+                "e.g. write_frequency=5000."
+            )
+        if map_size is None:
+            map_size = _DEFAULT_MAP_SIZE
+        elif not isinstance(map_size, int) or map_size < 4096:
+            raise ValueError(f"`map_size` must be an int >= 4096 bytes, got {map_size!r}")
+        dumps = get_dumps(codec)
+        target = _target_file(path)
+        check_overwrite(target, overwrite, "LMDBSerializer.save")
+        import_optional("lmdb", "LMDBSerializer")
+        size = reset_and_len(df, "LMDBSerializer.save")
+        meter = ProgressMeter(f"LMDB {os.path.basename(path)}", size, progress)
+        try:
+            with atomic_target(target) as tmp:
+                writer = _LMDBWriter(tmp, map_size)
+                try:
+                    n = _write_all(df, writer, dumps, write_frequency, meter)
+                    keys = [b"%08d" % i for i in range(n)]
+                    keys_value = dumps(keys)
+                    writer.put_batch([(KEYS_KEY, keys_value)], len(keys_value), append=False)
+                    writer.finish(n + 1, path)
+                except BaseException:
+                    writer.abort()
+                    raise
+                if os.path.lexists(target) and not overwrite:  # appeared while we wrote
+                    check_overwrite(target, overwrite, "LMDBSerializer.save")
+        finally:
+            meter.close()
+
+    @staticmethod
+    def load(path: str | os.PathLike, shuffle: bool = True, *, seed: int | None = None) -> LMDBData:
+        """A flow yielding the saved datapoints (exact ``len``, any number of epochs).
+
+        ``shuffle=False`` is one sequential cursor scan in key (= saving) order; ``shuffle=True``
+        reads by key in a new random order every epoch.
+        """
+        return _lmdb_loader(path, shuffle, seed)
+
+
+def _write_all(df: Any, writer: _LMDBWriter, dumps: Any, write_frequency: int, meter: Any) -> int:
+    items: list[tuple[bytes, bytes]] = []
+    add = items.append
+    nbytes = 0
+    idx = 0
+    shown = 0
+    shown_bytes = 0
+    total_bytes = 0
+    for dp in df:
+        try:
+            v = dumps(dp)
+        except Exception as e:
+            raise serialize_error("LMDBSerializer.save", idx, dp, e) from e
+        add((b"%08d" % idx, v))
+        nbytes += len(v)
+        idx += 1
+        if not idx & 255:
+            meter.update(idx - shown, total_bytes + nbytes - shown_bytes)
+            shown, shown_bytes = idx, total_bytes + nbytes
+        if len(items) >= write_frequency or nbytes >= _MAX_TXN_BYTES:
+            writer.put_batch(items, nbytes, append=idx <= _APPEND_LIMIT)
+            total_bytes += nbytes
+            items = []
+            add = items.append
+            nbytes = 0
+    if items:
+        writer.put_batch(items, nbytes, append=idx <= _APPEND_LIMIT)
+        total_bytes += nbytes
+    meter.update(idx - shown, total_bytes - shown_bytes)
+    return idx
