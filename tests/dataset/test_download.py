@@ -180,3 +180,14 @@ def test_ensure_extracted_refuses_members_escaping_the_folder(tmp_path):
     assert isinstance(info.value.__cause__, tarfile.TarError)
     assert not (tmp_path / "evil.txt").exists()
     assert not (folder / "top").exists()
+
+
+def test_download_checks_md5(tmp_path):
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"hello")
+    good = "5d41402abc4b2a76b9719d911017c592"  # md5(b"hello")
+    with pytest.raises(DownloadError, match=f"MD5 {good}, expected 0123"):
+        download(src.as_uri(), tmp_path / "dst", expect_md5="0123")
+    assert os.listdir(tmp_path / "dst") == []
+    download(src.as_uri(), tmp_path / "dst", expect_md5=good.upper())
+    assert (tmp_path / "dst" / "src.bin").read_bytes() == b"hello"

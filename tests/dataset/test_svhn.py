@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -93,3 +94,13 @@ def test_without_scipy(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "scipy.io", None)
     with pytest.raises(ImportError, match=r"pip install 'dataflow-reloaded\[datasets\]'"):
         SVHNDigit("test", data_dir=tmp_path / "fresh")
+
+
+def test_download_is_checked_against_the_published_md5(tmp_path, monkeypatch):
+    write_svhn(tmp_path / "server", "test", 2, 6)
+    monkeypatch.setattr(SVHNDigit, "_URL_BASE", (tmp_path / "server").as_uri() + "/")
+    with pytest.raises(DatasetNotFoundError, match="expected eb5a983be6a315427106f1b164d9cef3"):
+        SVHNDigit("test", data_dir=tmp_path / "local")
+    assert os.listdir(tmp_path / "local") == []
+    monkeypatch.setattr(SVHNDigit, "_MD5", {})
+    assert len(SVHNDigit("test", data_dir=tmp_path / "local")) == 2

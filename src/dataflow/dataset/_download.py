@@ -15,6 +15,7 @@ default); replace it to forbid or redirect downloads (the test-suite does).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -98,13 +99,17 @@ def download(
     dir: str | os.PathLike,
     filename: str | None = None,
     expect_size: int | None = None,
+    *,
+    expect_md5: str | None = None,
 ) -> str:
     """Download ``url`` to ``dir/filename`` and return that path.
 
     A file already there with the expected size (or any size when ``expect_size`` is None) is
     kept. Otherwise the data goes to a temporary file in ``dir``, which is renamed to
-    ``filename`` only when it is non-empty and of ``expect_size`` bytes; on any failure the
-    temporary file is removed and the error propagates (:class:`DownloadError` for a bad size,
+    ``filename`` only when it is non-empty, of ``expect_size`` bytes and (when given) has the
+    MD5 digest ``expect_md5``; on any failure the
+    temporary file is removed and the error propagates (:class:`DownloadError` for a bad size or
+    digest,
     ``OSError``/``urllib.error.URLError`` for network problems).
     """
     dir = os.fspath(dir)
@@ -126,9 +131,11 @@ def download(
                 length = resp.headers.get("Content-Length") if resp.headers else None
                 total = int(length) if length and length.isdigit() else None
             bar = _progress(total, filename)
+            digest = hashlib.md5(usedforsecurity=False)
             try:
                 while chunk := resp.read(_CHUNK):
                     out.write(chunk)
+                    digest.update(chunk)
                     if bar is not None:
                         bar.update(len(chunk))
             finally:
@@ -141,6 +148,11 @@ def download(
             raise DownloadError(
                 f"downloading {url} gave {size} bytes, expected {expect_size}; the download "
                 "was incomplete or the file changed upstream"
+            )
+        if expect_md5 is not None and digest.hexdigest() != expect_md5.lower():
+            raise DownloadError(
+                f"downloading {url} gave a file with MD5 {digest.hexdigest()}, expected "
+                f"{expect_md5}; the download is corrupt or the file changed upstream"
             )
         os.replace(tmp, target)
     except BaseException:
@@ -172,19 +184,21 @@ def ensure_files(
     url_base: str,
     files: Mapping[str, int | None],
     param: str = "dir",
+    md5: Mapping[str, str] | None = None,
 ) -> None:
     """Make sure every ``files`` name exists in ``folder``, downloading missing ones.
 
     ``files`` maps file name to its known size (``None`` when unknown). Files already present
     are used as they are, whatever their size. A failed download raises
     :class:`DatasetNotFoundError`; ``param`` is the loader's name for its folder argument.
+    ``md5`` optionally maps file names to the MD5 digest a download must have.
     """
     for name, size in files.items():
         if os.path.isfile(os.path.join(folder, name)):
             continue
         url = url_base + name
         try:
-            download(url, folder, name, size)
+            download(url, folder, name, size, expect_md5=(md5 or {}).get(name))
         except (OSError, ValueError) as e:
             missing = [n for n in files if not os.path.isfile(os.path.join(folder, n))]
             raise DatasetNotFoundError(

@@ -36,6 +36,11 @@ class SVHNDigit(IndexedDataset):
 
     _DIR_NAME = "svhn_data"
     _URL_BASE = "http://ufldl.stanford.edu/housenumbers/"
+    _MD5 = {
+        "train_32x32.mat": "e26dedcc434d2e4c54c9b2d4a06d8373",
+        "test_32x32.mat": "eb5a983be6a315427106f1b164d9cef3",
+        "extra_32x32.mat": "a93ce644f1a588dc4d68dda5feec44a7",
+    }
     _cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     _cache_lock = threading.Lock()
 
@@ -50,7 +55,12 @@ class SVHNDigit(IndexedDataset):
         self.data_dir = resolve_dir(data_dir, self._DIR_NAME)
         filename = f"{name}_32x32.mat"
         ensure_files(
-            type(self).__name__, self.data_dir, self._URL_BASE, {filename: None}, "data_dir"
+            type(self).__name__,
+            self.data_dir,
+            self._URL_BASE,
+            {filename: None},
+            "data_dir",
+            self._MD5,
         )
         self.X, self.Y = self._read(os.path.join(self.data_dir, filename))
         self._init_iteration(shuffle, seed)
