@@ -191,3 +191,10 @@ def test_download_checks_md5(tmp_path):
     assert os.listdir(tmp_path / "dst") == []
     download(src.as_uri(), tmp_path / "dst", expect_md5=good.upper())
     assert (tmp_path / "dst" / "src.bin").read_bytes() == b"hello"
+
+
+def test_downloaded_file_is_world_readable(tmp_path):
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"x")
+    out = download(src.as_uri(), tmp_path / "dst")
+    assert os.stat(out).st_mode & 0o777 == 0o644

@@ -107,10 +107,9 @@ def download(
     A file already there with the expected size (or any size when ``expect_size`` is None) is
     kept. Otherwise the data goes to a temporary file in ``dir``, which is renamed to
     ``filename`` only when it is non-empty, of ``expect_size`` bytes and (when given) has the
-    MD5 digest ``expect_md5``; on any failure the
-    temporary file is removed and the error propagates (:class:`DownloadError` for a bad size or
-    digest,
-    ``OSError``/``urllib.error.URLError`` for network problems).
+    MD5 digest ``expect_md5``. On any failure the temporary file is removed and the error
+    propagates: :class:`DownloadError` for a bad size or digest, ``OSError`` (including
+    ``urllib.error.URLError``) for network problems.
     """
     dir = os.fspath(dir)
     if filename is None:
@@ -154,6 +153,7 @@ def download(
                 f"downloading {url} gave a file with MD5 {digest.hexdigest()}, expected "
                 f"{expect_md5}; the download is corrupt or the file changed upstream"
             )
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a dataset folder may be shared
         os.replace(tmp, target)
     except BaseException:
         try:
