@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 
 import numpy as np
@@ -194,9 +193,17 @@ class ILSVRC12(ILSVRC12Files):
     """ILSVRC12 images: yields ``[image, label]``, a BGR ``uint8`` (h, w, 3) array decoded with
     OpenCV and an ``int`` label. Same arguments as :class:`ILSVRC12Files`."""
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(
+        self,
+        dir: str | os.PathLike,
+        name: str,
+        meta_dir: str | os.PathLike | None = None,
+        shuffle: bool | None = None,
+        dir_structure: str | None = None,
+        seed: int | None = None,
+    ) -> None:
         import_cv2(type(self).__name__)
-        super().__init__(*args, **kwargs)
+        super().__init__(dir, name, meta_dir, shuffle, dir_structure, seed)
 
     def _datapoint(self, index: int) -> list:
         path, label = super()._datapoint(index)
@@ -221,6 +228,8 @@ class ILSVRC12(ILSVRC12Files):
 
 
 def _parse_bbox(path: str) -> np.ndarray | None:
+    import xml.etree.ElementTree as ET  # only box parsing needs it
+
     if not os.path.isfile(path):
         return None
     try:
