@@ -178,3 +178,18 @@ def test_idx_round_trip(n, rows, cols, seed):
     assert got_images.shape == (n, rows, cols)
     np.testing.assert_array_equal(got_images, images)
     np.testing.assert_array_equal(got_labels, labels)
+
+
+def test_default_folder_is_under_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(DatasetNotFoundError) as info:
+        Mnist("test")
+    assert repr(str(tmp_path / "dataflow_data" / "mnist_data")) in str(info.value)
+
+
+def test_legacy_names(mnist_dir):
+    folder, data = mnist_dir
+    df = Mnist("test", shuffle=False, dir=folder)
+    assert df.size() == 3
+    df.reset_state()
+    assert [int(dp[1]) for dp in df.get_data()] == data["test"][1].tolist()
