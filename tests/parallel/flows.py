@@ -1,0 +1,150 @@
+"""Small flows and map functions for the parallel tests (module level, so spawn can pickle)."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import psutil
+
+from dataflow import rng as _rng
+from dataflow.base import DataFlow, RNGDataFlow
+from dataflow.errors import UnknownLengthError
+
+
+class Range(DataFlow):
+    """``[i]`` for i in range(n); ``fail_at`` raises KeyError there; optional ``delay``."""
+
+    def __init__(self, n: int, fail_at: int | None = None, delay: float = 0.0) -> None:
+        self.n = n
+        self.fail_at = fail_at
+        self.delay = delay
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(self.n):
+            if i == self.fail_at:
+                raise KeyError(f"bad datapoint {i}")
+            if self.delay:
+                time.sleep(self.delay)
+            yield [i]
+
+
+class NoLen(Range):
+    """Like Range but without a length."""
+
+    def __len__(self) -> int:
+        raise UnknownLengthError("no length")
+
+
+class Tagged(DataFlow):
+    """``[worker id, pid, i]``: tells which worker produced each datapoint."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def reset_state(self) -> None:
+        self.wid = _rng.get_worker_info()  # runners set it before reset_state()
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(self.n):
+            yield [self.wid, os.getpid(), i]
+
+
+class RandomTagged(RNGDataFlow):
+    """``[worker id, random int]`` drawn from ``self.rng``."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def reset_state(self) -> None:
+        super().reset_state()
+        self.wid = _rng.get_worker_info()
+
+    def __iter__(self) -> Iterator[Any]:
+        for _ in range(self.n):
+            yield [self.wid, int(self.rng.randint(1 << 30))]
+
+
+class Arrays(DataFlow):
+    """``[i, uint8 array of shape filled with i]``."""
+
+    def __init__(self, n: int, shape: tuple[int, ...] = (224, 224, 3)) -> None:
+        self.n = n
+        self.shape = shape
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(self.n):
+            yield [i, np.full(self.shape, i % 251, np.uint8)]
+
+
+class Unpicklable(Range):
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.handle = lambda: None
+
+
+def double(dp: list) -> list:
+    return [dp[0] * 2]
+
+
+def drop_odd(dp: list) -> list | None:
+    return None if dp[0] % 2 else dp
+
+
+def fail_at_7(dp: list) -> list:
+    if dp[0] == 7:
+        raise ValueError(f"cannot map {dp[0]}")
+    return dp
+
+
+def slow_identity(dp: list) -> list:
+    time.sleep(0.002 * (dp[0] % 5))
+    return dp
+
+
+def sleepy(dp: list) -> list:
+    time.sleep(0.01)
+    return dp
+
+
+def with_pid(dp: list) -> list:
+    return [dp[0], os.getpid()]
+
+
+def global_random(dp: list) -> list:
+    return [dp[0], os.getpid(), int(np.random.randint(1 << 30)), random.getrandbits(30)]
+
+
+class _UnpicklableError(Exception):
+    def __init__(self, a: int, b: int) -> None:  # pickling calls cls(*args): it fails
+        super().__init__(f"{a}/{b}")
+
+
+def raise_unpicklable(dp: list) -> list:
+    raise _UnpicklableError(1, 2)
+
+
+def suicide(dp: list) -> list:
+    if dp[0] == 3:
+        os.kill(os.getpid(), 9)
+    return dp
+
+
+def children_pids() -> list[int]:
+    return [p.pid for p in psutil.Process().children(recursive=True)]
