@@ -54,7 +54,8 @@ def _reduce_array(a: Any) -> Any:
 
     dt = a.dtype
     if dt.hasobject or dt.names is not None or dt.subdtype is not None:
-        return a.__reduce_ex__(2)
+        # an empty array whose __setstate__ restores dtype, shape and data (a list for objects)
+        return (np.ndarray, ((0,), np.uint8), a.__reduce__()[2])
     if a.flags.c_contiguous:
         order, flat = "C", a
     elif a.flags.f_contiguous:
@@ -96,6 +97,13 @@ def _new_pickler() -> tuple[io.BytesIO, pickle.Pickler]:
     return buf, pickler
 
 
+def dump_pickle(obj: Any, file: Any) -> None:
+    """Pickle ``obj`` into the binary ``file`` like :func:`dumps` (streaming)."""
+    pickler = pickle.Pickler(file, PICKLE_PROTOCOL)
+    pickler.dispatch_table = _dispatch_table()
+    pickler.dump(obj)
+
+
 def _dumps_pickle(obj: Any) -> bytes:
     """``pickle.dumps(obj, 5)`` with NumPy-version-independent arrays (a reused pickler)."""
     state = getattr(_local, "pickler", None)
@@ -130,6 +138,11 @@ class _NumPy1Unpickler(pickle.Unpickler):
             if int(np.__version__.split(".")[0]) >= 2:
                 module = "numpy._core" + module[len("numpy.core") :]
         return super().find_class(module, name)
+
+
+def load_pickle(file: Any) -> Any:
+    """Unpickle from a binary ``file``, resolving NumPy 1.x globals (see :func:`loads`)."""
+    return _NumPy1Unpickler(file).load()
 
 
 def _loads_pickle(buf: Any) -> Any:

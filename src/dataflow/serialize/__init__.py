@@ -1,0 +1,39 @@
+"""Serializers (save a DataFlow to a file, load it back) and format readers.
+
+* :class:`LMDBSerializer` / :class:`LMDBData` / :class:`LMDBDataDecoder` / :func:`CaffeLMDB`
+* :class:`TFRecordSerializer` / :class:`TFRecordData`
+* :class:`NumpySerializer`
+* :class:`HDF5Serializer` / :class:`HDF5Data`
+* :class:`SVMLightData` (needs scikit-learn)
+* :func:`dumps` / :func:`loads`: the datapoint codec (pickle protocol 5, or msgpack)
+
+On-disk layouts are tensorpack's, so files are exchangeable in both directions. Saves are
+atomic (a temporary file renamed on success) and refuse an existing target unless
+``overwrite=True``. lmdb, h5py and tensorflow are imported only when used.
+"""
+
+from dataflow.serialize._atomic import CorruptFileError
+from dataflow.serialize.caffe_format import CaffeLMDB
+from dataflow.serialize.codec import dumps, loads
+from dataflow.serialize.hdf5_format import HDF5Data, HDF5Serializer
+from dataflow.serialize.lmdb_data import LMDBData, LMDBDataDecoder
+from dataflow.serialize.lmdb_format import LMDBSerializer
+from dataflow.serialize.npz_format import NumpySerializer
+from dataflow.serialize.svmlight_format import SVMLightData
+from dataflow.serialize.tfrecord_format import TFRecordData, TFRecordSerializer
+
+__all__ = [
+    "CaffeLMDB",
+    "CorruptFileError",
+    "HDF5Data",
+    "HDF5Serializer",
+    "LMDBData",
+    "LMDBDataDecoder",
+    "LMDBSerializer",
+    "NumpySerializer",
+    "SVMLightData",
+    "TFRecordData",
+    "TFRecordSerializer",
+    "dumps",
+    "loads",
+]

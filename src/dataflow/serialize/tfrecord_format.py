@@ -1,0 +1,357 @@
+"""``TFRecordSerializer``: datapoints as TFRecord files, written and read without TensorFlow.
+
+Each record holds ``dumps(datapoint)`` (no ``tf.train.Example``), as in tensorpack, framed the
+TFRecord way: ``uint64 length``, ``uint32 masked_crc32c(length)``, ``data``,
+``uint32 masked_crc32c(data)`` (little-endian). Files are read by ``tf.data.TFRecordDataset``
+and files written by TensorFlow's writers load here.
+
+Writing never needs TensorFlow (CRC32C is computed with NumPy, see ``_crc32c``). Reading uses
+``reader`` (default: the ``DATAFLOW_TFRECORD_READER`` environment variable, else
+``"builtin"``): ``"builtin"`` (mmap + NumPy CRC checks, no TensorFlow), ``"tf"``
+(``tf.data.TFRecordDataset``), or ``"auto"`` (TensorFlow when it is installed, else built-in).
+The built-in reader is the default because it was measured 7-9x faster per epoch than
+``TFRecordDataset`` (eager iteration, 20k records of 3 KB), needs no ~4 s TensorFlow import,
+and is safe in forked workers.
+
+Differences from tensorpack, on purpose: the loaded flow has an exact ``len`` (counted by a
+header scan unless ``size`` is given), can be iterated for any number of epochs, and a
+truncated or corrupt file raises :class:`CorruptFileError` naming the file and record index.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import mmap
+import os
+import struct
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from dataflow.base import DataFlow, DataFlowReentrantGuard
+from dataflow.serialize._atomic import (
+    CorruptFileError,
+    ProgressMeter,
+    atomic_target,
+    check_overwrite,
+    check_source_path,
+    import_optional,
+    reset_and_len,
+    serialize_error,
+)
+from dataflow.serialize._crc32c import masked_crc32c_many
+from dataflow.serialize.codec import get_dumps, get_loads, sniff_codec
+
+__all__ = ["TFRecordData", "TFRecordSerializer"]
+
+READERS = ("auto", "builtin", "tf")
+DEFAULT_READER = "builtin"
+_BATCH_RECORDS = 1024
+_BATCH_BYTES = 16 << 20
+_HEADER = struct.Struct("<QI")
+_FOOTER = struct.Struct("<I")
+
+
+def frame_records(records: list[bytes]) -> bytes:
+    """The TFRecord framing of ``records``, concatenated."""
+    n = len(records)
+    lens = np.array([len(r) for r in records], dtype="<u8")
+    len_bytes = lens.tobytes()
+    len_views = [len_bytes[8 * i : 8 * i + 8] for i in range(n)]
+    len_crc = masked_crc32c_many(len_views).astype("<u4").tobytes()
+    data_crc = masked_crc32c_many(records).astype("<u4").tobytes()
+    parts: list[bytes] = []
+    add = parts.append
+    for i in range(n):
+        add(len_views[i])
+        add(len_crc[4 * i : 4 * i + 4])
+        add(records[i])
+        add(data_crc[4 * i : 4 * i + 4])
+    return b"".join(parts)
+
+
+def _resolve_reader(reader: str | None) -> str:
+    if reader is None:
+        reader = os.environ.get("DATAFLOW_TFRECORD_READER") or DEFAULT_READER
+    if reader not in READERS:
+        raise ValueError(
+            f"`reader` must be one of {READERS} (or set DATAFLOW_TFRECORD_READER), got "
+            f"{reader!r}; 'builtin' needs no TensorFlow."
+        )
+    if reader == "auto":
+        reader = "tf" if importlib.util.find_spec("tensorflow") is not None else "builtin"
+    return reader
+
+
+class _Scanner:
+    """Walks the records of a TFRecord file held in a buffer, checking framing and CRCs."""
+
+    def __init__(self, buf: Any, path: str, verify: bool) -> None:
+        self.buf = buf
+        self.size = len(buf)
+        self.path = path
+        self.verify = verify
+        self.off = 0
+        self.index = 0
+
+    def _bad_header(self, i: int, off: int, why: str) -> CorruptFileError:
+        hint = " (it is not a TFRecord file)" if i == 0 else ""
+        return CorruptFileError(
+            f"TFRecord file {self.path!r}: record {i} at byte {off} {why}{hint}; the file is "
+            "corrupt or truncated."
+        )
+
+    def _check_header(self, i: int, off: int) -> None:
+        stored = _HEADER.unpack_from(self.buf, off)[1]
+        if int(masked_crc32c_many([self.buf[off : off + 8]])[0]) != stored:
+            raise self._bad_header(i, off, "has a bad length checksum")
+
+    def next_batch(self, limit: int | None, want_data: bool = True) -> list[Any]:
+        """Up to a batch of records (``bytes``; or ``None`` when not ``want_data``)."""
+        buf, size, off, i = self.buf, self.size, self.off, self.index
+        recs: list[Any] = []
+        hdrs: list[bytes] = []
+        hcrc: list[int] = []
+        dcrc: list[int] = []
+        offsets: list[int] = []
+        nbytes = 0
+        unpack, unfoot = _HEADER.unpack_from, _FOOTER.unpack_from
+        while off < size and len(recs) < _BATCH_RECORDS and nbytes < _BATCH_BYTES:
+            if limit is not None and i >= limit:
+                break
+            if off + 12 > size:
+                raise self._bad_header(i, off, f"is cut short ({size - off} header bytes)")
+            n, hc = unpack(buf, off)
+            end = off + 16 + n
+            if end > size:
+                self._check_header(i, off)
+                raise self._bad_header(i, off, f"is cut short (needs {n} bytes of data)")
+            offsets.append(off)
+            if self.verify:
+                hdrs.append(buf[off : off + 8])
+                hcrc.append(hc)
+                dcrc.append(unfoot(buf, end - 4)[0])
+            recs.append(buf[off + 12 : end - 4] if want_data or self.verify else None)
+            nbytes += n
+            off = end
+            i += 1
+        if self.verify and recs:
+            self._verify(hdrs, hcrc, recs, dcrc, offsets)
+        if not want_data:
+            recs = [None] * len(recs)
+        self.off, self.index = off, i
+        return recs
+
+    def _verify(self, hdrs: list, hcrc: list, recs: list, dcrc: list, offsets: list) -> None:
+        bad = np.flatnonzero(masked_crc32c_many(hdrs) != np.array(hcrc, dtype=np.uint32))
+        if bad.size:
+            j = int(bad[0])
+            raise self._bad_header(self.index + j, offsets[j], "has a bad length checksum")
+        bad = np.flatnonzero(masked_crc32c_many(recs) != np.array(dcrc, dtype=np.uint32))
+        if bad.size:
+            j = int(bad[0])
+            raise CorruptFileError(
+                f"TFRecord file {self.path!r}: record {self.index + j} at byte {offsets[j]} has a "
+                "bad data checksum; the file is corrupt."
+            )
+
+
+def _map_file(path: str) -> tuple[Any, Any]:
+    """``(buffer, closer)`` over the file's bytes (an mmap; ``b''`` for an empty file)."""
+    with open(path, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return b"", None
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    return mm, mm.close
+
+
+class TFRecordData(DataFlow):
+    """Yields the records of a TFRecord file, decoded with ``loads`` (or raw with
+    ``decode=False``). Exact ``len``; any number of epochs; not reentrant.
+
+    Args:
+        path: the TFRecord file.
+        size: the number of records to read per epoch; default: all (counted by a scan of the
+            record headers at construction, which also detects truncation).
+        reader: ``"builtin"`` / ``"tf"`` / ``"auto"`` (see the module docstring).
+        verify: check the data checksums with the built-in reader (TensorFlow always does).
+        decode: ``loads`` each record (codec detected from the first record).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        size: int | None = None,
+        *,
+        reader: str | None = None,
+        verify: bool = True,
+        decode: bool = True,
+    ) -> None:
+        self._path = check_source_path(path, "TFRecordSerializer.load")
+        if os.path.isdir(self._path):
+            raise IsADirectoryError(f"TFRecord `path` {self._path!r} is a directory, not a file")
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
+            raise ValueError(f"`size` must be a non-negative int or None, got {size!r}")
+        self._reader = _resolve_reader(reader)
+        self._verify = bool(verify)
+        self._decode = bool(decode)
+        self._guard = DataFlowReentrantGuard("TFRecordData")
+        self._pos = 0
+        self._epoch = 0
+        self._limit = size
+        buf, closer = _map_file(self._path)
+        try:
+            scanner = _Scanner(buf, self._path, verify=False)
+            first = scanner.next_batch(1)
+            self._codec = sniff_codec(first[0]) if first else "pickle"
+            if size is None:
+                scanner = _Scanner(buf, self._path, verify=False)
+                count = 0
+                while batch := scanner.next_batch(None, want_data=False):
+                    count += len(batch)
+                self._size = count
+            else:
+                self._size = size
+        finally:
+            if closer is not None:
+                closer()
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __iter__(self) -> Iterator[Any]:
+        decode: Callable[[Any], Any] | None = get_loads(self._codec) if self._decode else None
+        if self._reader == "tf":
+            return self._iter_tf(decode)
+        return self._iter_builtin(decode)
+
+    def _short(self, got: int) -> CorruptFileError:
+        return CorruptFileError(
+            f"TFRecord file {self._path!r} has only {got} records but `size` is {self._size}; "
+            "pass the right size, or size=None to count them."
+        )
+
+    def _decode_error(self, e: Exception) -> CorruptFileError:
+        return CorruptFileError(
+            f"TFRecord file {self._path!r}: record {self._pos - 1} cannot be decoded as "
+            f"{self._codec} ({type(e).__name__}: {e}); was it written by TFRecordSerializer? "
+            "Use decode=False for raw records."
+        )
+
+    def _iter_builtin(self, decode: Callable[[Any], Any] | None) -> Iterator[Any]:
+        with self._guard:
+            self._epoch += 1
+            self._pos = 0
+            buf, closer = _map_file(self._path)
+            try:
+                scanner = _Scanner(buf, self._path, self._verify)
+                limit = self._limit
+                while recs := scanner.next_batch(limit):
+                    if decode is None:
+                        for rec in recs:
+                            self._pos += 1
+                            yield rec
+                        continue
+                    try:
+                        for rec in recs:
+                            self._pos += 1
+                            yield decode(rec)
+                    except Exception as e:
+                        raise self._decode_error(e) from e
+                if limit is not None and self._pos < limit:
+                    raise self._short(self._pos)
+            finally:
+                if closer is not None:
+                    closer()
+
+    def _iter_tf(self, decode: Callable[[Any], Any] | None) -> Iterator[Any]:
+        tf = import_optional("tensorflow", "TFRecordSerializer.load(reader='tf')")
+        with self._guard:
+            self._epoch += 1
+            self._pos = 0
+            ds = tf.data.TFRecordDataset(self._path)
+            if self._limit is not None:
+                ds = ds.take(self._limit)
+            it = ds.as_numpy_iterator()
+            while True:
+                try:
+                    rec = next(it)
+                except StopIteration:
+                    break
+                except tf.errors.OpError as e:
+                    raise CorruptFileError(
+                        f"TFRecord file {self._path!r}: record {self._pos} cannot be read "
+                        f"({type(e).__name__}: {e.message}); the file is corrupt or truncated."
+                    ) from None
+                self._pos += 1
+                if decode is None:
+                    yield rec
+                    continue
+                try:
+                    dp = decode(rec)
+                except Exception as e:
+                    raise self._decode_error(e) from e
+                yield dp
+            if self._limit is not None and self._pos < self._limit:
+                raise self._short(self._pos)
+
+
+class TFRecordSerializer:
+    """Save a DataFlow as a TFRecord file of serialized datapoints / load it back."""
+
+    @staticmethod
+    def save(
+        df: Any,
+        path: str | os.PathLike,
+        *,
+        overwrite: bool = False,
+        codec: str = "pickle",
+        progress: bool = True,
+    ) -> None:
+        """Write one epoch of ``df`` (after ``df.reset_state()``) to the TFRecord file ``path``.
+
+        Streams with bounded memory (batches of <= 1024 records / 16 MB); no TensorFlow needed.
+        Atomic: a temporary file is renamed onto ``path`` once complete and synced.
+        """
+        path = os.fspath(path)
+        dumps = get_dumps(codec)
+        check_overwrite(path, overwrite, "TFRecordSerializer.save")
+        size = reset_and_len(df, "TFRecordSerializer.save")
+        meter = ProgressMeter(f"TFRecord {os.path.basename(path)}", size, progress)
+        try:
+            with atomic_target(path) as tmp, open(tmp, "wb") as f:
+                batch: list[bytes] = []
+                nbytes = 0
+                for idx, dp in enumerate(df):
+                    try:
+                        rec = dumps(dp)
+                    except Exception as e:
+                        raise serialize_error("TFRecordSerializer.save", idx, dp, e) from e
+                    batch.append(rec)
+                    nbytes += len(rec)
+                    if len(batch) >= _BATCH_RECORDS or nbytes >= _BATCH_BYTES:
+                        f.write(frame_records(batch))
+                        meter.update(len(batch), nbytes)
+                        batch, nbytes = [], 0
+                if batch:
+                    f.write(frame_records(batch))
+                    meter.update(len(batch), nbytes)
+                f.flush()
+                os.fsync(f.fileno())
+                f.close()  # before the rename
+                if os.path.lexists(path) and not overwrite:
+                    check_overwrite(path, overwrite, "TFRecordSerializer.save")
+        finally:
+            meter.close()
+
+    @staticmethod
+    def load(
+        path: str | os.PathLike,
+        size: int | None = None,
+        *,
+        reader: str | None = None,
+        verify: bool = True,
+    ) -> TFRecordData:
+        """A flow of the saved datapoints in file order (exact ``len``, any number of epochs)."""
+        return TFRecordData(path, size, reader=reader, verify=verify)
