@@ -1,0 +1,66 @@
+"""Kernels: validation messages, purity, dtype and layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dataflow.imgaug import functional as fn
+
+
+def test_check_image_messages():
+    with pytest.raises(TypeError, match=r"`img` must be a numpy.ndarray.*got list"):
+        fn.check_image([1])
+    with pytest.raises(ValueError, match=r"got shape \(3,\)"):
+        fn.check_image(np.zeros(3, np.uint8))
+    with pytest.raises(TypeError, match="got dtype bool"):
+        fn.check_image(np.zeros((2, 2), bool))
+    img = np.zeros((2, 2), np.float64)
+    assert fn.check_image(img) is img
+
+
+def test_check_coords_messages():
+    with pytest.raises(ValueError, match=r"reshape\(-1, 2\)"):
+        fn.check_coords(np.zeros((2, 3), np.float32))
+    with pytest.raises(TypeError, match="float dtype"):
+        fn.check_coords(np.zeros((2, 2), np.int32))
+
+
+def test_finish_rounds_and_saturates_uint8():
+    out = fn.finish(np.array([-1.0, 0.5, 1.5, 2.49, 300.0]), np.dtype(np.uint8), clip=False)
+    assert out.dtype == np.uint8 and out.tolist() == [0, 0, 2, 2, 255]
+    out = fn.finish(np.array([-1.0, 300.0]), np.dtype(np.float32), clip=True)
+    assert out.dtype == np.float32 and out.tolist() == [0.0, 255.0]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "args"),
+    [
+        (fn.add_scalar, (3.3,)), (fn.multiply, (1.7,)), (fn.gamma, (0.3,)), (fn.clip, (3, 50)),
+        (fn.gaussian_blur, ((3, 5), (1.0, 2.0))), (fn.resize, (7, 3)), (fn.crop, (1, 1, 2, 2)),
+        (fn.flip, (False,)), (fn.transpose, ()), (fn.cutout, (0, 0, 2, 2, 9.0)),
+        (fn.warp_affine, (np.array([[1.0, 0.2, 1.0], [0.0, 1.0, 0.0]]), (5, 4))),
+        (fn.gaussian_noise, (1, 3.0)), (fn.salt_pepper, (1, 0.3, 0.3)), (fn.jpeg, (50,)),
+        (fn.contrast, (1.5, None)), (fn.mean_variance_normalize, ()),
+        (fn.min_max_normalize, (0, 1)),
+    ],
+)
+@pytest.mark.parametrize("shape", [(4, 5), (4, 5, 1), (4, 5, 3)])
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32, np.float64])
+def test_kernels_are_pure_and_keep_layout(kernel, args, shape, dtype):
+    img = (np.random.RandomState(0).rand(*shape) * 255).astype(dtype)
+    img.flags.writeable = False  # any write into the input raises
+    out = kernel(img, *args)
+    assert out.ndim == img.ndim
+    if kernel not in (fn.mean_variance_normalize, fn.min_max_normalize):
+        assert out.dtype == img.dtype
+
+
+def test_paste_and_affine_coords():
+    bg = np.zeros((3, 3, 1), np.uint8)
+    out = fn.paste(np.ones((1, 1), np.uint8), bg[:, :, 0], 1, 1)
+    assert out.tolist() == [[0, 0, 0], [0, 1, 0], [0, 0, 0]]
+    mat = np.array([[2.0, 0.0, 0.0], [0.0, 2.0, 0.0]])
+    c = np.array([[0.5, 1.5]], np.float32)
+    out = fn.affine_coords(c, mat)
+    assert out.dtype == np.float32 and out.tolist() == [[0.5, 2.5]]
