@@ -61,11 +61,17 @@ class _Lifecycle:
         if not self._started:
             self.reset_state()
 
-    def _shutdown(self) -> None:
-        if self._started and os.getpid() == self._owner_pid:
-            self._started = False
+    def _start_or_clean(self) -> None:
+        try:
+            self._start()
+        except BaseException:
             self._stop()
+            raise
+
+    def _shutdown(self) -> None:
         self._started = False
+        if os.getpid() == self._owner_pid:
+            self._stop()  # every _stop() is idempotent and copes with a partial _start()
 
     def close(self) -> None:
         """Stop the workers and close the wrapped flow. Idempotent."""
@@ -101,7 +107,7 @@ class RunnerBase(_Lifecycle, ProxyDataFlow):
             return
         self._finished = set()
         self._closed = False
-        self._start()
+        self._start_or_clean()
         self._started = True
 
     def _receive(self, timeout: float) -> tuple | None:
@@ -164,7 +170,7 @@ class MapperBase(_Lifecycle, ProxyDataFlow):
             return
         self._closed = False
         self.ds.reset_state()
-        self._start()
+        self._start_or_clean()
         self._sched = self._make_scheduler()
         if not self.strict:
             self._sched.set_source(repeat_enumerate(self.ds))

@@ -135,10 +135,23 @@ def _set_pdeathsig() -> None:
         pass
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else (pid reused): treat as gone
+        return False
+    return True
+
+
 def _watch_parent(parent_pid: int, interval: float = 0.25) -> None:
+    """Exit when the consumer (or our direct parent, e.g. a fork server) is gone."""
+    direct = os.getppid()
+
     def watch() -> None:
         while True:
-            if os.getppid() != parent_pid:
+            if os.getppid() != direct or not _pid_alive(parent_pid):
                 os._exit(1)
             time.sleep(interval)
 
@@ -162,8 +175,9 @@ def worker_bootstrap(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if use_pdeathsig:
-        _set_pdeathsig()
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        _set_pdeathsig()  # (under forkserver the direct parent is the server, which exits
+        # when the consumer dies)
+    if not _pid_alive(parent_pid):  # the consumer died before prctl took effect
         os._exit(1)
     _watch_parent(parent_pid)
     for k in THREAD_ENV_VARS:

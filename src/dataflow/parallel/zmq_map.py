@@ -192,11 +192,7 @@ class _ZmqMapperBase(MapperBase):
             mapper=True,
         )
         transport.attach(self._pool)
-        try:
-            self._pool.start()
-        except BaseException:
-            self._stop()
-            raise
+        self._pool.start()
 
     def _stop(self) -> None:
         if self._pool is not None:

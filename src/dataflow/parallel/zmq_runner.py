@@ -6,6 +6,7 @@ import uuid
 from typing import Any
 
 from dataflow.base import DataFlow
+from dataflow.errors import DataFlowTerminated
 from dataflow.parallel import _lifecycle
 from dataflow.parallel._base import RunnerBase, check_positive_int
 from dataflow.parallel._transport import Endpoint, FrameCodec, import_zmq
@@ -115,25 +116,21 @@ class MultiProcessRunnerZMQ(RunnerBase):
             name=type(self).__name__,
             picklable=self.ds,
         )
-        try:
-            self._pool.start()  # before creating the context: never fork a process with
-            if self._sock is None:  # ZeroMQ's I/O threads running
-                self._bind()
-        except BaseException:
-            self._stop()
-            raise
+        self._pool.start()  # before creating the context: never fork a process with
+        if self._sock is None:  # ZeroMQ's I/O threads running
+            self._bind()
         sock = self._sock
-        codec = FrameCodec
+        decode = FrameCodec.decode
+        name = type(self).__name__  # (the closure must not refer to self: no cycle, so that
+        # garbage collection runs __del__ -> close() before the sockets are finalized)
 
         def raw(timeout: float) -> tuple | None:
             try:
                 if not sock.poll(int(timeout * 1000)):
                     return None
-                return codec.decode(sock.recv_multipart(copy=False))
+                return decode(sock.recv_multipart(copy=False))
             except zmq.ContextTerminated as e:
-                from dataflow.errors import DataFlowTerminated
-
-                raise DataFlowTerminated(f"{type(self).__name__} was closed") from e
+                raise DataFlowTerminated(f"{name} was closed") from e
 
         self._receive = self._pool.receiver(raw)  # type: ignore[method-assign]
 
