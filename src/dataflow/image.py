@@ -1,0 +1,293 @@
+"""Image flows: ``ImageFromFile``, ``AugmentImageComponent``, ``AugmentImageComponents``,
+``AugmentImageCoordinates``.
+
+OpenCV is imported when one of these flows is built, never by ``import dataflow``; without it
+the constructors raise an ImportError that names ``pip install 'dataflow-reloaded[imgaug]'``.
+
+Differences from tensorpack, on purpose:
+
+* coordinates are validated on NumPy 2 (tensorpack's check used the removed ``np.float``);
+  integer images other than uint8 are rejected with a clear error (tensorpack's check was a
+  no-op);
+* ``ImageFromFile(shuffle=True)`` shuffles its own copy of ``files`` with a per-epoch derived
+  stream instead of the caller's list;
+* ``copy=True`` skips the copy when every augmentor is a built-in one (they never write into
+  their input); user-defined augmentors still get a private copy.
+"""
+
+from __future__ import annotations
+
+import copy as copy_mod
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from dataflow.base import DataFlow, RNGDataFlow
+from dataflow.wrappers.map import MapData, MapDataComponent
+
+__all__ = [
+    "AugmentImageComponent",
+    "AugmentImageComponents",
+    "AugmentImageCoordinates",
+    "ImageFromFile",
+]
+
+logger = logging.getLogger(__name__)
+
+
+def _imgaug() -> Any:
+    from dataflow import imgaug  # raises the ImportError naming the extra if cv2 is missing
+
+    return imgaug
+
+
+def _cv2() -> Any:
+    from dataflow.imgaug._cv2 import cv2
+
+    return cv2
+
+
+class ImageFromFile(RNGDataFlow):
+    """Yields ``[image]`` read from each path of ``files`` with ``cv2.imread``.
+
+    Args:
+        files: image paths.
+        channel: 3 for colour (returned as **RGB**, ``(h, w, 3)``) or 1 for grayscale
+            (``(h, w, 1)``).
+        resize: an int or ``(h, w)`` to resize every image to, or None.
+        shuffle: shuffle the order in every epoch (the caller's list is not modified).
+        seed: base seed of the shuffle stream (see :mod:`dataflow.rng`).
+    """
+
+    def __init__(
+        self,
+        files: Sequence[str],
+        channel: int = 3,
+        resize: Any = None,
+        shuffle: bool = False,
+        *,
+        seed: int | None = None,
+    ) -> None:
+        from dataflow.imgaug._args import shape2d
+
+        _cv2()
+        if isinstance(files, str) or not len(files):
+            raise ValueError(
+                f"`files` must be a non-empty list of image paths, got {files!r}; for one "
+                "file use [path]."
+            )
+        if channel not in (1, 3):
+            raise ValueError(f"`channel` must be 1 (gray) or 3 (colour), got {channel!r}.")
+        self.files = list(files)
+        self.channel = channel
+        self.resize = None if resize is None else shape2d(resize, "resize")
+        self.shuffle = shuffle
+        self.seed = seed
+        self._epoch = 0
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def _read(self, path: str) -> np.ndarray:
+        cv2 = _cv2()
+        flag = cv2.IMREAD_COLOR if self.channel == 3 else cv2.IMREAD_GRAYSCALE
+        img = cv2.imread(str(path), flag)
+        if img is None:
+            raise FileNotFoundError(
+                f"cv2.imread could not read an image from {path!r}: the file is missing, "
+                "unreadable or not an image format OpenCV supports."
+            )
+        if self.channel == 3:
+            img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+        if self.resize is not None:
+            h, w = self.resize
+            img = cv2.resize(img, (w, h))
+        if self.channel == 1:
+            img = img[:, :, np.newaxis]
+        return img
+
+    def __iter__(self) -> Iterator[list[np.ndarray]]:
+        order = list(self.files)
+        if self.shuffle:
+            self._epoch_rng(self._epoch).shuffle(order)
+            self._epoch += 1
+        for path in order:
+            yield [self._read(path)]
+
+
+# ---------------------------------------------------------------- augmentation flows
+def _builtin(aug: Any) -> bool:
+    """True if ``aug`` and every augmentor inside it are built-ins that never mutate input."""
+    imgaug = _imgaug()
+    mod = type(aug).__module__
+    if not mod.startswith("dataflow.imgaug.") or isinstance(
+        aug, imgaug.MapImage | imgaug.Albumentations | imgaug.IAAugmentor
+    ):
+        return False
+    children: list[Any] = []
+    if isinstance(aug, imgaug.AugmentorList):
+        children = aug.augmentors
+    elif isinstance(aug, imgaug.RandomApplyAug):
+        children = [aug.aug]
+    elif isinstance(aug, imgaug.RandomChooseAug):
+        children = aug._augs
+    elif isinstance(aug, imgaug.RandomOrderAug):
+        children = aug.aug_lists
+    return all(_builtin(c) for c in children)
+
+
+class _ExceptionHandler:
+    """Counts and logs exceptions (first 10, then every 100th) when ``catch`` is set."""
+
+    def __init__(self, catch: bool) -> None:
+        self.catch = catch
+        self.count = 0
+
+    def run(self, func: Callable[[Any], Any], arg: Any) -> Any:
+        if not self.catch:
+            return func(arg)
+        try:
+            return func(arg)
+        except Exception:
+            self.count += 1
+            if self.count < 10 or self.count % 100 == 0:
+                logger.exception("augmentation failed (%d so far); datapoint dropped", self.count)
+            return None
+
+
+class _AugmentBase:
+    """Shared set-up of the augmentation flows."""
+
+    augs: Any
+    _copy: bool
+    _handler: _ExceptionHandler
+
+    def _setup(self, augmentors: Any, copy: bool, catch_exceptions: bool) -> None:
+        imgaug = _imgaug()
+        if isinstance(augmentors, imgaug.AugmentorList):
+            self.augs = augmentors
+        elif isinstance(augmentors, imgaug.ImageAugmentor):
+            self.augs = imgaug.AugmentorList([augmentors])
+        elif isinstance(augmentors, list | tuple):
+            self.augs = imgaug.AugmentorList(list(augmentors))
+        else:
+            raise TypeError(
+                f"`augmentors` must be a list of augmentors or an AugmentorList, got "
+                f"{type(augmentors).__name__}."
+            )
+        self._copy = bool(copy) and not _builtin(self.augs)
+        self.copy = copy
+        self._handler = _ExceptionHandler(catch_exceptions)
+        self.catch_exceptions = catch_exceptions
+
+    def _image(self, img: Any, where: Any) -> np.ndarray:
+        from dataflow.imgaug.functional import check_image
+
+        check_image(img, f"dp[{where!r}]")
+        return copy_mod.deepcopy(img) if self._copy else img
+
+    @staticmethod
+    def _coords(coords: Any, where: Any) -> np.ndarray:
+        from dataflow.imgaug.functional import check_coords
+
+        return check_coords(coords, f"dp[{where!r}]")
+
+    def reset_state(self) -> None:
+        self.ds.reset_state()  # type: ignore[attr-defined]
+        self.augs.reset_state()
+
+
+def _mutable(dp: Any) -> Any:
+    return list(dp) if isinstance(dp, tuple) else dp
+
+
+class AugmentImageComponent(_AugmentBase, MapDataComponent):
+    """Augment the image at ``dp[index]`` with ``augmentors`` (a list or an AugmentorList).
+
+    ``copy``: give the augmentors a private copy of the image (skipped for built-in
+    augmentors, which never modify their input). ``catch_exceptions``: log and drop the
+    datapoints whose augmentation raises instead of stopping the flow.
+    """
+
+    def __init__(
+        self,
+        ds: DataFlow,
+        augmentors: Any,
+        index: Any = 0,
+        copy: bool = True,
+        catch_exceptions: bool = False,
+    ) -> None:
+        self._setup(augmentors, copy, catch_exceptions)
+        MapDataComponent.__init__(self, ds, self._mapper, index)
+
+    def _augment(self, img: Any) -> np.ndarray:
+        return self.augs.augment(self._image(img, self.index))
+
+    def _mapper(self, img: Any) -> Any:
+        return self._handler.run(self._augment, img)
+
+
+class AugmentImageCoordinates(_AugmentBase, MapData):
+    """Augment the image at ``dp[img_index]`` and move the ``Nx2`` float ``(x, y)``
+    coordinates at ``dp[coords_index]`` with the same transform."""
+
+    def __init__(
+        self,
+        ds: DataFlow,
+        augmentors: Any,
+        img_index: Any = 0,
+        coords_index: Any = 1,
+        copy: bool = True,
+        catch_exceptions: bool = False,
+    ) -> None:
+        self._setup(augmentors, copy, catch_exceptions)
+        self.img_index, self.coords_index = img_index, coords_index
+        MapData.__init__(self, ds, self._mapper)
+
+    def _augment(self, dp: Any) -> Any:
+        dp = _mutable(dp)
+        img = self._image(dp[self.img_index], self.img_index)
+        coords = self._coords(dp[self.coords_index], self.coords_index)
+        tfm = self.augs.get_transform(img)
+        dp[self.img_index] = tfm.apply_image(img)
+        dp[self.coords_index] = tfm.apply_coords(coords)
+        return dp
+
+    def _mapper(self, dp: Any) -> Any:
+        return self._handler.run(self._augment, dp)
+
+
+class AugmentImageComponents(_AugmentBase, MapData):
+    """Augment several images of a datapoint (e.g. an image and its masks) with one transform
+    sampled from ``dp[index[0]]``, and move the coordinates at each of ``coords_index``."""
+
+    def __init__(
+        self,
+        ds: DataFlow,
+        augmentors: Any,
+        index: Sequence[Any] = (0, 1),
+        coords_index: Sequence[Any] = (),
+        copy: bool = True,
+        catch_exceptions: bool = False,
+    ) -> None:
+        if not isinstance(index, list | tuple) or not index:
+            raise ValueError(f"`index` must be a non-empty list of components, got {index!r}.")
+        self._setup(augmentors, copy, catch_exceptions)
+        self.index, self.coords_index = tuple(index), tuple(coords_index)
+        MapData.__init__(self, ds, self._mapper)
+
+    def _augment(self, dp: Any) -> Any:
+        dp = _mutable(dp)
+        major = self._image(dp[self.index[0]], self.index[0])
+        tfm = self.augs.get_transform(major)
+        dp[self.index[0]] = tfm.apply_image(major)
+        for idx in self.index[1:]:
+            dp[idx] = tfm.apply_image(self._image(dp[idx], idx))
+        for idx in self.coords_index:
+            dp[idx] = tfm.apply_coords(self._coords(dp[idx], idx))
+        return dp
+
+    def _mapper(self, dp: Any) -> Any:
+        return self._handler.run(self._augment, dp)

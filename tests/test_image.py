@@ -1,0 +1,208 @@
+"""ImageFromFile, AugmentImageComponent, AugmentImageComponents, AugmentImageCoordinates."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+
+from dataflow import imgaug
+from dataflow.image import (
+    AugmentImageComponent,
+    AugmentImageComponents,
+    AugmentImageCoordinates,
+    ImageFromFile,
+)
+from dataflow.rng import set_seed
+from dataflow.sources import DataFromList
+from tests.helpers import check_dataflow
+
+RGB = np.zeros((4, 6, 3), np.uint8)
+RGB[..., 0] = 200  # red in RGB
+RGB[1, 2] = (10, 20, 30)
+
+
+@pytest.fixture
+def files(tmp_path):
+    paths = []
+    for i in range(3):
+        img = RGB.copy()
+        img[0, 0] = (i, i, i)
+        p = tmp_path / f"{i}.png"
+        assert cv2.imwrite(str(p), img[:, :, ::-1])  # OpenCV writes BGR
+        paths.append(str(p))
+    return paths
+
+
+def test_image_from_file_reads_rgb_and_gray(files):
+    df = ImageFromFile(files)
+    got = check_dataflow(df)
+    assert len(got) == 3
+    out = next(iter(df))[0]
+    assert out.dtype == np.uint8 and out.shape == (4, 6, 3)
+    np.testing.assert_array_equal(out[1:], RGB[1:])
+    gray = next(iter(ImageFromFile(files, channel=1)))[0]
+    assert gray.shape == (4, 6, 1)
+    assert gray[1, 2, 0] == cv2.cvtColor(RGB, cv2.COLOR_RGB2GRAY)[1, 2]
+
+
+def test_image_from_file_resize_is_h_w(files):
+    out = next(iter(ImageFromFile(files, resize=(2, 3))))[0]
+    assert out.shape == (2, 3, 3)
+    out = next(iter(ImageFromFile(files, channel=1, resize=5)))[0]
+    assert out.shape == (5, 5, 1)
+
+
+def test_image_from_file_shuffle_is_seeded_and_keeps_the_callers_list(files):
+    original = list(files)
+    df = ImageFromFile(files, shuffle=True, seed=3)
+    df.reset_state()
+    orders = [[int(dp[0][0, 0, 0]) for dp in df] for _ in range(4)]
+    assert files == original
+    assert all(sorted(o) == [0, 1, 2] for o in orders)
+    assert len({tuple(o) for o in orders}) > 1
+    again = ImageFromFile(files, shuffle=True, seed=3)
+    again.reset_state()
+    assert [[int(dp[0][0, 0, 0]) for dp in again] for _ in range(4)] == orders
+
+
+def test_image_from_file_errors(tmp_path):
+    with pytest.raises(ValueError, match="non-empty list"):
+        ImageFromFile([])
+    with pytest.raises(ValueError, match="`channel` must be 1"):
+        ImageFromFile(["x.png"], channel=2)
+    df = ImageFromFile([str(tmp_path / "missing.png")])
+    with pytest.raises(FileNotFoundError, match=r"missing\.png"):
+        next(iter(df))
+
+
+def _ds(items):
+    return DataFromList(items, shuffle=False)
+
+
+def test_augment_image_component_exact_and_copy_semantics():
+    img = np.arange(12, dtype=np.uint8).reshape(3, 4)
+    df = AugmentImageComponent(_ds([[img, "label"]]), [imgaug.Flip(horiz=True, prob=1.0)])
+    got = check_dataflow(df)
+    assert got[0][1] == "label"
+    np.testing.assert_array_equal(next(iter(df))[0], img[:, ::-1])
+
+    class Inplace(imgaug.ImageAugmentor):
+        def get_transform(self, x):
+            return imgaug.TransformFactory(apply_image=self._zero)
+
+        @staticmethod
+        def _zero(x):
+            x[...] = 0
+            return x
+
+    before = img.copy()
+    df = AugmentImageComponent(_ds([[img]]), [Inplace()])
+    df.reset_state()
+    assert next(iter(df))[0].sum() == 0
+    np.testing.assert_array_equal(img, before)  # copy=True protected the source
+    df = AugmentImageComponent(_ds([[img]]), [Inplace()], copy=False)
+    df.reset_state()
+    next(iter(df))
+    assert img.sum() == 0
+
+
+def test_augment_image_component_dict_datapoints_and_index():
+    img = np.ones((2, 2), np.float32)
+    df = AugmentImageComponent(_ds([{"a": 1, "img": img}]), imgaug.Resize(3), index="img")
+    df.reset_state()
+    dp = next(iter(df))
+    assert dp["a"] == 1 and dp["img"].shape == (3, 3)
+
+
+def test_augment_image_component_errors_and_catch(caplog):
+    bad = [[np.zeros((2, 2), np.int64)], [np.zeros((4, 4), np.uint8)], [[1, 2]]]
+    df = AugmentImageComponent(_ds(bad), [imgaug.CenterCrop(3)])
+    df.reset_state()
+    with pytest.raises(TypeError, match=r"`dp\[0\]` must be uint8.*got dtype int64"):
+        list(df)
+    df = AugmentImageComponent(_ds(bad), [imgaug.CenterCrop(3)], catch_exceptions=True)
+    df.reset_state()
+    with caplog.at_level(logging.ERROR, logger="dataflow.image"):
+        out = list(df)
+    assert [dp[0].shape for dp in out] == [(3, 3)]
+    assert caplog.text.count("augmentation failed") == 2
+    with pytest.raises(TypeError, match="`augmentors` must be a list"):
+        AugmentImageComponent(_ds(bad), "Flip")
+
+
+def test_augment_image_coordinates():
+    img = np.zeros((4, 6), np.uint8)
+    pts = np.array([[0.5, 1.5], [5.0, 3.0]], np.float32)
+    df = AugmentImageCoordinates(_ds([(img, pts, 7)]), [imgaug.Flip(horiz=True, prob=1.0)])
+    check_dataflow(df)
+    out_img, out_pts, label = next(iter(df))
+    assert out_img.shape == (4, 6) and label == 7
+    np.testing.assert_array_equal(out_pts, [[5.5, 1.5], [1.0, 3.0]])
+    np.testing.assert_array_equal(pts, [[0.5, 1.5], [5.0, 3.0]])  # input untouched
+    bad = AugmentImageCoordinates(_ds([[img, np.zeros((2, 2), np.int32)]]), [imgaug.Identity()])
+    bad.reset_state()
+    with pytest.raises(TypeError, match=r"`dp\[1\]` must have a float dtype, got int32"):
+        list(bad)
+    bad = AugmentImageCoordinates(_ds([[img, np.zeros((2, 3))]]), [imgaug.Identity()])
+    bad.reset_state()
+    with pytest.raises(ValueError, match=r"shape \(N, 2\)"):
+        list(bad)
+
+
+def test_augment_image_components_applies_one_transform_to_all():
+    set_seed(0)
+    img = np.arange(64, dtype=np.float32).reshape(8, 8)
+    mask = (img % 3 == 0).astype(np.uint8)
+    pts = np.array([[4.5, 4.5]], np.float64)  # inside every 5x5 crop
+    augs = [imgaug.RandomCrop(5), imgaug.Flip(horiz=True, prob=1.0)]
+    df = AugmentImageComponents(_ds([[img, mask, pts]]), augs, index=(0, 1), coords_index=(2,))
+    df.reset_state()
+    out_img, out_mask, out_pts = next(iter(df))
+    np.testing.assert_array_equal(out_mask, (out_img % 3 == 0).astype(np.uint8))
+    x, y = out_pts[0]
+    assert out_img[int(y), int(x)] == img[4, 4]
+    with pytest.raises(ValueError, match="non-empty list"):
+        AugmentImageComponents(_ds([[img]]), augs, index=())
+
+
+def _crop_flow():
+    imgs = [[np.random.RandomState(i).rand(6, 6).astype(np.float32)] for i in range(4)]
+    return AugmentImageComponent(_ds(imgs), [imgaug.RandomCrop(3), imgaug.Brightness(0.5)])
+
+
+def _assert_same(xs, ys):
+    assert len(xs) == len(ys)
+    for a, b in zip(xs, ys):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_flows_reproduce_with_a_seed_and_after_reset_and_pickle():
+    set_seed(5)
+    df = _crop_flow()
+    df.reset_state()
+    first = [dp[0] for dp in df]
+    df.reset_state()
+    _assert_same(first, [dp[0] for dp in df])
+    set_seed(5)
+    again = _crop_flow()
+    again.reset_state()
+    _assert_same(first, [dp[0] for dp in again])
+    copy = pickle.loads(pickle.dumps(df))  # the streams were derived: the copy restarts them
+    copy.reset_state()
+    _assert_same(first, [dp[0] for dp in copy])
+
+
+def test_import_dataflow_does_not_import_cv2():
+    code = (
+        "import sys, dataflow, dataflow.image; "
+        "assert 'cv2' not in sys.modules, 'cv2 imported'; print('ok')"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
