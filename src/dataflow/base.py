@@ -21,6 +21,7 @@ a subclass that only defines ``get_data``/``size`` gets ``__iter__``/``__len__``
 
 from __future__ import annotations
 
+import functools
 import threading
 from abc import ABCMeta, abstractmethod
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ import numpy as np
 
 from dataflow import rng as _rng
 from dataflow.errors import DataFlowReentrantError, DataFlowTerminated, UnknownLengthError
+from dataflow.state import StateMismatchError, check_state, epoch_state
 
 __all__ = [
     "DataFlow",
@@ -69,14 +71,62 @@ class DataFlowReentrantGuard:
 
 
 class DataFlowMeta(ABCMeta):
-    """Maps the legacy ``get_data``/``size`` definitions onto ``__iter__``/``__len__``."""
+    """Maps the legacy ``get_data``/``size`` definitions onto ``__iter__``/``__len__``, and gives
+    user-defined flows that do not implement ``state_dict`` a replaying one (see
+    :meth:`DataFlow.state_dict`)."""
 
     def __new__(mcls, name, bases, namespace, **kwargs):
         if "get_data" in namespace and "__iter__" not in namespace:
             namespace["__iter__"] = namespace["get_data"]
         if "size" in namespace and "__len__" not in namespace:
             namespace["__len__"] = namespace["size"]
+        module = namespace.get("__module__", "")
+        builtin = module == "dataflow" or module.startswith("dataflow.")
+        if (
+            not builtin
+            and "__iter__" in namespace
+            and "state_dict" not in namespace
+            and not getattr(namespace["__iter__"], "_replay_wrapped", False)
+        ):
+            namespace["__iter__"] = _replaying_iter(namespace["__iter__"])
+            # a replaying flow saves its own position, even if a base class delegates
+            namespace["state_dict"] = DataFlow.state_dict
+            namespace["load_state_dict"] = DataFlow.load_state_dict
         return super().__new__(mcls, name, bases, namespace, **kwargs)
+
+
+def _replaying_iter(fn):
+    """Wrap a user flow's ``__iter__`` to count epochs and positions, and to replay an epoch up
+    to the saved position after ``load_state_dict``."""
+
+    @functools.wraps(fn)
+    def __iter__(self):  # noqa: N807 (it becomes the class's __iter__)
+        rs = self.__dict__.get("_replay")
+        if rs is None:
+            rs = self.__dict__["_replay"] = {**epoch_state(-1, 0, True), "child_start": None}
+        skip = rs.pop("resume", None)
+        child = getattr(self, "ds", None)
+        if skip is None:  # a new epoch
+            rs["epoch"] += 1
+            skip = 0
+            if isinstance(child, DataFlow):
+                try:
+                    rs["child_start"] = child.state_dict()
+                except NotImplementedError:
+                    rs["child_start"] = None
+        elif isinstance(child, DataFlow) and rs.get("child_start") is not None:
+            child.load_state_dict(rs["child_start"])
+        rs["pos"], rs["done"] = 0, False
+        for dp in fn(self):
+            rs["pos"] += 1
+            if skip:
+                skip -= 1
+                continue
+            yield dp
+        rs["done"] = True
+
+    __iter__._replay_wrapped = True
+    return __iter__
 
 
 class DataFlow(metaclass=DataFlowMeta):
@@ -107,6 +157,41 @@ class DataFlow(metaclass=DataFlowMeta):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # resumable iteration
+    def state_dict(self) -> dict[str, Any]:
+        """The iteration state: a small JSON-serializable dict (see :mod:`dataflow.state`).
+
+        Built-in flows save exact counters, seeds and their children's states. A user-defined
+        flow that does not implement ``state_dict`` gets this default, which records the epoch and
+        the position in it (and the state of ``self.ds`` at the start of the epoch, if any) and
+        *replays* the epoch up to that position on resume: exact when the flow yields the same
+        datapoints for the same input, which random flows drawing from a continuing stream do not.
+        """
+        rs = self.__dict__.get("_replay")
+        if rs is None and not getattr(type(self).__iter__, "_replay_wrapped", False):
+            raise NotImplementedError(
+                f"{type(self).__name__} cannot save its iteration state: implement "
+                "state_dict() and load_state_dict() for it."
+            )
+        rs = rs or {**epoch_state(-1, 0, True), "child_start": None}
+        return {"type": type(self).__name__, "mode": "replay",
+                **epoch_state(rs["epoch"], rs["pos"], rs["done"]),
+                "child_start": rs.get("child_start")}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`; the next ``__iter__`` continues from it."""
+        if not getattr(type(self).__iter__, "_replay_wrapped", False):
+            raise NotImplementedError(
+                f"{type(self).__name__} cannot restore an iteration state: implement "
+                "state_dict() and load_state_dict() for it."
+            )
+        check_state(state, self, mode="replay")
+        rs = {**epoch_state(state["epoch"], state["pos"], state["done"]),
+              "child_start": state.get("child_start")}
+        if not state["done"]:
+            rs["resume"] = state["pos"]
+        self.__dict__["_replay"] = rs
 
     # legacy names
     def get_data(self) -> Iterator[Any]:
@@ -141,6 +226,14 @@ class ProxyDataFlow(DataFlow):
     def close(self) -> None:
         self.ds.close()
 
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped flow's state (a proxy that yields what ``ds`` yields has none of its own)."""
+        return {"type": type(self).__name__, "child": self.ds.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self)
+        self.ds.load_state_dict(state["child"])
+
 
 class RNGDataFlow(DataFlow):
     """A flow that owns a random stream, ``self.rng`` (a ``numpy.random.RandomState``).
@@ -165,6 +258,25 @@ class RNGDataFlow(DataFlow):
 
     def reset_state(self) -> None:
         self._seed_seq = self._derive_seed_sequence()
+        self.rng = _rng.rng_from_sequence(self._seed_seq)
+
+    def _seed_state(self) -> dict[str, Any]:
+        """The seed of this stage's streams, to store in its state (ints, JSON-safe)."""
+        if self._seed_seq is None:
+            self.reset_state()
+        assert self._seed_seq is not None
+        return {"entropy": int(self._seed_seq.entropy),
+                "spawn_key": [int(k) for k in self._seed_seq.spawn_key]}
+
+    def _load_seed_state(self, seed: dict[str, Any]) -> None:
+        try:
+            self._seed_seq = np.random.SeedSequence(int(seed["entropy"]),
+                                                    spawn_key=tuple(seed["spawn_key"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise StateMismatchError(
+                f"state for stage {type(self).__name__}: expected a seed "
+                f"{{'entropy': int, 'spawn_key': [int, ...]}}, found {seed!r}."
+            ) from e
         self.rng = _rng.rng_from_sequence(self._seed_seq)
 
     def _epoch_rng(self, epoch: int) -> np.random.RandomState:

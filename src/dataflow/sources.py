@@ -12,6 +12,7 @@ import numpy as np
 
 from dataflow.base import DataFlow, RNGDataFlow
 from dataflow.errors import DataFlowError, UnknownLengthError
+from dataflow.state import check_state, epoch_state
 
 __all__ = ["DataFromGenerator", "DataFromIterable", "DataFromList", "DataFromQueue", "FakeData"]
 
@@ -65,7 +66,9 @@ class FakeData(RNGDataFlow):
         self.dtype = [np.dtype(d) for d in dtypes]
         self.domain = [(float(lo), float(hi)) for lo, hi in domains]
         self.seed = seed
-        self._epoch = 0
+        self._epoch = 0  # epochs started
+        self._pos = 0  # datapoints delivered in the current epoch
+        self._resume: int | None = None  # position to continue from after load_state_dict
 
     def __len__(self) -> int:
         return self._size
@@ -77,15 +80,47 @@ class FakeData(RNGDataFlow):
         ]
 
     def __iter__(self) -> Iterator[list[np.ndarray]]:
-        rng = self._epoch_rng(self._epoch)
-        self._epoch += 1
+        start = self._begin_epoch()
+        rng = self._epoch_rng(self._epoch - 1)
         if self.random:
-            for _ in range(self._size):
+            for _ in range(start):  # re-draw the delivered part: the stream continues exactly
+                self._draw(rng)
+            for _ in range(start, self._size):
+                self._pos += 1
                 yield self._draw(rng)
         else:
             arrays = self._draw(rng)
-            for _ in range(self._size):
+            for _ in range(start, self._size):
+                self._pos += 1
                 yield list(arrays)
+
+    def _begin_epoch(self) -> int:
+        """Start the next epoch, or continue a restored one; returns the start position."""
+        start, self._resume = self._resume, None
+        if start is None:
+            self._epoch += 1
+            start = 0
+        self._pos = start
+        return start
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch, position and seed; resuming re-draws the delivered part (no datapoints kept)."""
+        return {"type": "FakeData", "size": self._size, "seed": self._seed_state(),
+                **epoch_state(self._epoch - 1, self._pos, self._pos >= self._size)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self, size=self._size)
+        _load_epoch(self, state)
+
+
+def _load_epoch(flow: Any, state: dict[str, Any]) -> None:
+    """Restore (epoch, pos, done) and the seed of a source with ``_epoch``/``_pos``/``_resume``."""
+    if "seed" in state:
+        flow._load_seed_state(state["seed"])
+    if state["done"]:
+        flow._epoch, flow._pos, flow._resume = state["epoch"] + 1, state["pos"], None
+    else:
+        flow._epoch, flow._pos, flow._resume = state["epoch"] + 1, state["pos"], state["pos"]
 
 
 class DataFromQueue(DataFlow):
@@ -101,6 +136,13 @@ class DataFromQueue(DataFlow):
         get = self.queue.get
         while True:
             yield get()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing to save: what was taken from the queue is gone, the rest is still in it."""
+        return {"type": "DataFromQueue"}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self)
 
 
 class DataFromList(RNGDataFlow):
@@ -121,22 +163,47 @@ class DataFromList(RNGDataFlow):
         self.lst = lst
         self.shuffle = shuffle
         self.seed = seed
-        self._epoch = 0
+        self._epoch = 0  # epochs started
+        self._pos = 0
+        self._resume: int | None = None
+        self._itr: Iterator[Any] | None = None  # iterator whose length hint gives the position
+        self._itr_len = 0
 
     def __len__(self) -> int:
         return len(self.lst)
 
     def __iter__(self) -> Iterator[Any]:
-        epoch = self._epoch
-        self._epoch += 1
-        if not self.shuffle:
-            return iter(self.lst)  # no generator layer: this is the hot path
-        return self._shuffled(epoch)
-
-    def _shuffled(self, epoch: int) -> Iterator[Any]:
+        start = FakeData._begin_epoch(self)  # type: ignore[arg-type]
         lst = self.lst
-        for i in self._epoch_rng(epoch).permutation(len(lst)):
-            yield lst[i]
+        n = len(lst)
+        if not self.shuffle:
+            # no generator layer: this is the hot path; the position is read off the iterator
+            self._itr = itr = iter(lst if start == 0 else lst[start:])
+            self._itr_len = n
+            return itr
+        order = self._epoch_rng(self._epoch - 1).permutation(n)[start:].tolist()
+        self._itr = order_itr = iter(order)
+        self._itr_len = n
+        return map(lst.__getitem__, order_itr)
+
+    def _position(self) -> int:
+        if self._itr is None:
+            return self._pos
+        return self._itr_len - self._itr.__length_hint__()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch, position, list length and seed (the order of an epoch is re-derived)."""
+        pos = self._position()
+        state: dict[str, Any] = {"type": "DataFromList", "size": len(self.lst),
+                                 **epoch_state(self._epoch - 1, pos, pos >= len(self.lst))}
+        if self.shuffle:
+            state["seed"] = self._seed_state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self, size=len(self.lst))
+        _load_epoch(self, state)
+        self._itr = None
 
 
 class DataFromGenerator(DataFlow):
@@ -156,6 +223,8 @@ class DataFromGenerator(DataFlow):
             )
         self._gen = gen
         self._used = False
+        self._epoch, self._pos, self._done = 0, 0, True
+        self._resume: int | None = None
 
     def __len__(self) -> int:
         raise UnknownLengthError(
@@ -165,8 +234,7 @@ class DataFromGenerator(DataFlow):
     def __iter__(self) -> Iterator[Any]:
         gen = self._gen
         if callable(gen) and not isinstance(gen, Iterable):
-            yield from gen()
-            return
+            return _replay(self, gen())
         if inspect.isgenerator(gen) or isinstance(gen, Iterator):
             if self._used:
                 raise DataFlowError(
@@ -175,7 +243,40 @@ class DataFromGenerator(DataFlow):
                     "DataFromGenerator(lambda: my_generator())."
                 )
             self._used = True
-        yield from gen
+        return _replay(self, gen)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch and position; resuming calls ``gen`` again and skips the delivered part, which
+        is exact when ``gen`` yields the same datapoints every time."""
+        return _replay_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        _replay_load(self, state)
+
+
+def _replay(flow: Any, itr: Iterable[Any]) -> Iterator[Any]:
+    """Iterate ``itr`` for ``flow`` counting positions; after a restore, skip what was
+    delivered."""
+    start, flow._resume = flow._resume, None
+    if start is None:
+        flow._epoch += 1
+        start = 0
+    flow._pos, flow._done = 0, False
+    for dp in itr:
+        flow._pos += 1
+        if flow._pos > start:
+            yield dp
+    flow._done = True
+
+
+def _replay_state(flow: Any) -> dict[str, Any]:
+    return {"type": type(flow).__name__, **epoch_state(flow._epoch - 1, flow._pos, flow._done)}
+
+
+def _replay_load(flow: Any, state: dict[str, Any]) -> None:
+    check_state(state, flow)
+    flow._done = state["done"]
+    _load_epoch(flow, state)
 
 
 class DataFromIterable(DataFlow):
@@ -189,6 +290,8 @@ class DataFromIterable(DataFlow):
             self._len: int | None = len(iterable)  # type: ignore[arg-type]
         except TypeError:
             self._len = None
+        self._epoch, self._pos, self._done = 0, 0, True
+        self._resume: int | None = None
 
     def __len__(self) -> int:
         if self._len is None:
@@ -198,4 +301,11 @@ class DataFromIterable(DataFlow):
         return self._len
 
     def __iter__(self) -> Iterator[Any]:
-        yield from self._itr
+        return _replay(self, self._itr)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch and position; resuming re-iterates the iterable and skips the delivered part."""
+        return _replay_state(self)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        _replay_load(self, state)

@@ -10,6 +10,7 @@ import numpy as np
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
+from dataflow.state import check_state, decode_items, encode_items
 
 __all__ = ["BatchData", "BatchDataByShape", "stack_component"]
 
@@ -187,6 +188,18 @@ class BatchDataByShape(BatchData):
         super().reset_state()
         self._buckets = {}
 
+    def state_dict(self) -> dict[str, Any]:
+        """The child's state and, since this flow holds a buffer, the datapoints waiting in the
+        buckets (fewer than ``batch_size`` per shape)."""
+        buckets = [[list(shape), items] for shape, items in self._buckets.items() if items]
+        return {"type": "BatchDataByShape", "batch_size": self.batch_size,
+                "buckets": encode_items(buckets), "child": self.ds.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self, batch_size=self.batch_size)
+        self._buckets = {tuple(shape): items for shape, items in decode_items(state["buckets"])}
+        self.ds.load_state_dict(state["child"])
+
     def __iter__(self) -> Iterator[Any]:
         with self._guard:
             idx, bs, buckets = self.idx, self.batch_size, self._buckets
@@ -195,5 +208,5 @@ class BatchDataByShape(BatchData):
                 bucket = buckets.setdefault(shape, [])
                 bucket.append(dp)
                 if len(bucket) == bs:
+                    buckets[shape] = []  # emptied before the yield: a saved state is exact
                     yield _aggregate(bucket, self.use_list)
-                    del bucket[:]

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
+from dataflow.state import check_state, decode_items, encode_items, epoch_state, state_done
 
 __all__ = ["CacheData"]
 
@@ -25,7 +26,9 @@ class CacheData(ProxyDataFlow, RNGDataFlow):
         self.seed = seed
         self._guard = DataFlowReentrantGuard("CacheData")
         self._cache: list[Any] | None = None
-        self._epoch = 0
+        self._partial: list[Any] = []  # the first epoch's datapoints so far
+        self._epoch, self._pos, self._done = 0, 0, True
+        self._resume: int | None = None
 
     def reset_state(self) -> None:
         ProxyDataFlow.reset_state(self)
@@ -39,18 +42,54 @@ class CacheData(ProxyDataFlow, RNGDataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         with self._guard:
-            epoch = self._epoch
-            self._epoch += 1
+            start, self._resume = self._resume, None
+            if start is None:
+                self._epoch += 1
+                start = 0
+                self._partial = []
+            self._pos, self._done = start, False
             if self._cache is None:
-                cache: list[Any] = []
+                cache = self._partial
                 for dp in self.ds:
                     cache.append(dp)
+                    self._pos += 1
                     yield dp
-                self._cache = cache  # only a complete epoch becomes the cache
+                self._cache, self._partial = cache, []  # only a complete epoch is kept
+                self._done = True
                 return
             cache = self._cache
             if self.shuffle:
-                for i in self._epoch_rng(epoch).permutation(len(cache)):
+                order = self._epoch_rng(self._epoch - 1).permutation(len(cache))[start:]
+                for i in order:
+                    self._pos += 1
                     yield cache[i]
             else:
-                yield from cache
+                for i in range(start, len(cache)):
+                    self._pos += 1
+                    yield cache[i]
+            self._done = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Own counters and seed, and, since this flow holds a buffer, the cached datapoints
+        (the whole cache, or the part of the first epoch read so far) and the child's state."""
+        cached = self._cache is not None
+        return {
+            "type": "CacheData", "shuffle": self.shuffle,
+            **epoch_state(self._epoch - 1, self._pos, self._done),
+            "seed": self._seed_state(), "complete": cached,
+            "cache": encode_items(self._cache if cached else self._partial),
+            "child": self.ds.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self, shuffle=self.shuffle)
+        self._load_seed_state(state["seed"])
+        self._epoch, self._pos, self._done = state["epoch"] + 1, state["pos"], state["done"]
+        items = decode_items(state["cache"])
+        if state["complete"] or (state_done(state["child"]) and state["epoch"] >= 0):
+            # (saved after the first epoch's last datapoint: the cache was complete)
+            self._cache, self._partial = items, []
+        else:
+            self._cache, self._partial = None, items if not state["done"] else []
+        self._resume = None if state["done"] else state["pos"]
+        self.ds.load_state_dict(state["child"])

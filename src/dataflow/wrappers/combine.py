@@ -12,6 +12,7 @@ import numpy as np
 
 from dataflow.base import DataFlow, RNGDataFlow
 from dataflow.errors import DataFlowError, UnknownLengthError
+from dataflow.state import StateMismatchError, check_state, epoch_state, finished, state_done
 
 __all__ = ["ConcatData", "JoinData", "RandomChooseData", "RandomMixData"]
 
@@ -47,7 +48,15 @@ def _close_distinct(flows: Sequence[DataFlow]) -> None:
 
 
 class _MultiFlow(DataFlow):
+    """Shared bookkeeping of the flows over several children: own (epoch, pos, done) counters
+    and the children's states under ``"children"``."""
+
     df_lists: list[DataFlow]
+    _epoch = 0
+    _pos = 0
+    _done = True
+    _resume: int | None = None
+    _children_done: list[bool] | None = None  # after a restore: which children were at their end
 
     def reset_state(self) -> None:
         _reset_distinct(self.df_lists)
@@ -55,19 +64,78 @@ class _MultiFlow(DataFlow):
     def close(self) -> None:
         _close_distinct(self.df_lists)
 
+    def _begin(self) -> int:
+        """Start the next epoch, or continue a restored one; returns the start position."""
+        start, self._resume = self._resume, None
+        if start is None:
+            self._epoch += 1
+            start = 0
+            self._children_done = None
+        self._pos, self._done = start, False
+        return start
+
+    def _iter_child(self, i: int) -> Any:
+        """An iterator of child ``i``; empty if it was restored at the end of its epoch."""
+        if self._children_done is not None and self._children_done[i]:
+            return iter(())
+        return iter(self.df_lists[i])
+
+    def _counters_state(self, **extra: Any) -> dict[str, Any]:
+        return {"type": type(self).__name__, "num_flows": len(self.df_lists), **extra,
+                **epoch_state(self._epoch - 1, self._pos, self._done),
+                "children": [df.state_dict() for df in self.df_lists]}
+
+    def _load_counters(self, state: dict[str, Any], **expected: Any) -> None:
+        check_state(state, self, num_flows=len(self.df_lists), **expected)
+        children = state["children"]
+        self._epoch, self._pos, self._done = state["epoch"] + 1, state["pos"], state["done"]
+        if state["done"]:
+            children = finished(children)
+            self._resume, self._children_done = None, None
+        else:
+            self._resume = state["pos"]
+            self._children_done = [state_done(c) for c in children]
+        if len({id(df) for df in self.df_lists}) != len(self.df_lists):
+            raise StateMismatchError(
+                f"{type(self).__name__} lists the same flow instance twice; its state cannot be "
+                "restored. Use separate instances."
+            )
+        for df, child in zip(self.df_lists, children):
+            df.load_state_dict(child)
+
 
 class ConcatData(_MultiFlow):
     """Chains the flows one after another. ``len`` is the sum of the lengths."""
 
     def __init__(self, df_lists: Sequence[DataFlow]) -> None:
         self.df_lists = _check_flows(df_lists)
+        self._current = 0  # index of the flow in progress
 
     def __len__(self) -> int:
         return sum(len(df) for df in self.df_lists)
 
     def __iter__(self) -> Iterator[Any]:
-        for df in self.df_lists:
-            yield from df
+        self._begin()
+        first = self._current
+        for i in range(first, len(self.df_lists)):
+            self._current = i
+            for dp in self._iter_child(i) if i == first else iter(self.df_lists[i]):
+                self._pos += 1
+                yield dp
+        self._current, self._done = 0, True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Own counters, the flow in progress and every child's state."""
+        return self._counters_state(current=self._current)
+
+    def _begin(self) -> int:
+        if self._resume is None:
+            self._current = 0
+        return super()._begin()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._load_counters(state)
+        self._current = 0 if state["done"] else int(state["current"])
 
 
 class JoinData(_MultiFlow):
@@ -90,8 +158,17 @@ class JoinData(_MultiFlow):
     def __len__(self) -> int:
         return min(len(df) for df in self.df_lists)
 
+    def state_dict(self) -> dict[str, Any]:
+        """Own counters and every child's state."""
+        return self._counters_state()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._load_counters(state)
+
     def __iter__(self) -> Iterator[Any]:
-        for dps in zip(*self.df_lists):
+        self._begin()
+        for dps in zip(*(self._iter_child(i) for i in range(len(self.df_lists)))):
+            self._pos += 1
             first = dps[0]
             if isinstance(first, dict):
                 out: Any = {}
@@ -106,6 +183,7 @@ class JoinData(_MultiFlow):
                         raise TypeError(_mixed_message(dps, i))
                     out.extend(dp)
             yield out
+        self._done = True
 
 
 def _mixed_message(dps: Sequence[Any], i: int) -> str:
@@ -143,7 +221,9 @@ class RandomChooseData(RNGDataFlow):
     def __init__(self, df_lists: Sequence[Any], *, seed: int | None = None) -> None:
         self.df_lists, self.probs = _parse_weighted(df_lists)
         self.seed = seed
-        self._epoch = 0
+        self._epoch, self._pos, self._done = 0, 0, True
+        self._resume: int | None = None
+        self._children_done: list[bool] | None = None
 
     def reset_state(self) -> None:
         super().reset_state()
@@ -153,16 +233,34 @@ class RandomChooseData(RNGDataFlow):
         _close_distinct(self.df_lists)
 
     def __iter__(self) -> Iterator[Any]:
-        rng = self._epoch_rng(self._epoch)
-        self._epoch += 1
-        itrs = [iter(df) for df in self.df_lists]
+        start = _MultiFlow._begin(self)  # type: ignore[arg-type]
+        rng = self._epoch_rng(self._epoch - 1)
+        itrs = [_MultiFlow._iter_child(self, i) for i in range(len(self.df_lists))]  # type: ignore[arg-type]
         n, probs = len(itrs), self.probs
+        picks = 0
         while True:
-            for k in rng.choice(n, size=256, p=probs):
+            for k in rng.choice(n, size=_CHUNK, p=probs):
+                picks += 1
+                if picks <= start:  # restored: these picks were made before the state was saved
+                    continue
                 try:
-                    yield next(itrs[k])
+                    dp = next(itrs[k])
                 except StopIteration:
+                    self._done = True
                     return
+                self._pos += 1
+                yield dp
+
+    def state_dict(self) -> dict[str, Any]:
+        """Own counters (the number of picks), the seed and every child's state."""
+        return _MultiFlow._counters_state(self, seed=self._seed_state())  # type: ignore[arg-type]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        _MultiFlow._load_counters(self, state)  # type: ignore[arg-type]
+        self._load_seed_state(state["seed"])
+
+
+_CHUNK = 256
 
 
 class RandomMixData(RNGDataFlow):
@@ -183,7 +281,9 @@ class RandomMixData(RNGDataFlow):
                     f"({type(df).__name__}) has none. Use RandomChooseData instead."
                 ) from e
         self.seed = seed
-        self._epoch = 0
+        self._epoch, self._pos, self._done = 0, 0, True
+        self._resume: int | None = None
+        self._children_done: list[bool] | None = None
 
     def reset_state(self) -> None:
         super().reset_state()
@@ -196,13 +296,13 @@ class RandomMixData(RNGDataFlow):
         return sum(len(df) for df in self.df_lists)
 
     def __iter__(self) -> Iterator[Any]:
-        rng = self._epoch_rng(self._epoch)
-        self._epoch += 1
+        start = _MultiFlow._begin(self)  # type: ignore[arg-type]
+        rng = self._epoch_rng(self._epoch - 1)
         lens = [len(df) for df in self.df_lists]
         order = np.repeat(np.arange(len(lens)), lens)
         rng.shuffle(order)
-        itrs = [iter(df) for df in self.df_lists]
-        for k in order.tolist():
+        itrs = [_MultiFlow._iter_child(self, i) for i in range(len(self.df_lists))]  # type: ignore[arg-type]
+        for k in order[start:].tolist():
             try:
                 dp = next(itrs[k])
             except StopIteration:
@@ -210,4 +310,14 @@ class RandomMixData(RNGDataFlow):
                     f"RandomMixData: `df_lists[{k}]` ({type(self.df_lists[k]).__name__}) ended "
                     f"before yielding its len() = {lens[k]} datapoints; its length must be exact."
                 ) from None
+            self._pos += 1
             yield dp
+        self._done = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Own counters, the seed (the order of an epoch is re-derived) and the children's."""
+        return _MultiFlow._counters_state(self, seed=self._seed_state())  # type: ignore[arg-type]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        _MultiFlow._load_counters(self, state)  # type: ignore[arg-type]
+        self._load_seed_state(state["seed"])

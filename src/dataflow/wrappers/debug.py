@@ -11,6 +11,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from dataflow.base import DataFlow, ProxyDataFlow
+from dataflow.state import check_state
 from dataflow.utils import get_tqdm
 
 __all__ = ["PrintData", "SpeedResult", "TestDataSpeed"]
@@ -77,6 +78,15 @@ class PrintData(ProxyDataFlow):
     def reset_state(self) -> None:
         super().reset_state()
         self.cnt = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """How many datapoints were printed, and the child's state."""
+        return {"type": "PrintData", "cnt": self.cnt, "child": self.ds.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self)
+        self.cnt = int(state["cnt"])
+        self.ds.load_state_dict(state["child"])
 
     def format(self, dp: Any) -> str:
         """The summary text of one datapoint."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
+from dataflow.state import check_state, epoch_state, finished, state_done
 
 __all__ = ["FixedSizeData", "RepeatedData", "RepeatedDataPoint"]
 
@@ -30,6 +31,8 @@ class RepeatedData(ProxyDataFlow):
         if num != -1:
             _check_int(num, "num", 0, " Use num=-1 to repeat forever.")
         self.num = num
+        self._epoch, self._rep, self._done = 0, 0, True
+        self._resume: int | None = None
 
     def __len__(self) -> int:
         if self.num == -1:
@@ -37,17 +40,38 @@ class RepeatedData(ProxyDataFlow):
         return len(self.ds) * self.num
 
     def __iter__(self) -> Iterator[Any]:
-        if self.num == -1:
-            while True:
-                empty = True
-                for dp in self.ds:
-                    empty = False
-                    yield dp
-                if empty:  # an empty epoch repeated forever would spin without yielding
-                    return
+        rep, self._resume = self._resume, None
+        if rep is None:
+            self._epoch += 1
+            rep = 0
+        self._done = False
+        num = self.num
+        while num == -1 or rep < num:
+            self._rep = rep
+            empty = True
+            for dp in self.ds:
+                empty = False
+                yield dp
+            if empty and num == -1:  # an empty epoch repeated forever would spin without yielding
+                break
+            rep += 1
+        self._done = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Own epoch, the repetition in progress, and the child's state."""
+        return {"type": "RepeatedData", "num": self.num, "rep": self._rep,
+                **epoch_state(self._epoch - 1, 0, self._done), "child": self.ds.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self, num=self.num)
+        self._epoch, self._rep, self._done = state["epoch"] + 1, state["rep"], state["done"]
+        if state["done"]:
+            self.ds.load_state_dict(finished(state["child"]))
+            self._resume = None
         else:
-            for _ in range(self.num):
-                yield from self.ds
+            self.ds.load_state_dict(state["child"])
+            # the repetition in progress continues, or the next one starts if its epoch was over
+            self._resume = state["rep"] + (1 if state_done(state["child"]) else 0)
 
 
 class RepeatedDataPoint(ProxyDataFlow):
@@ -56,15 +80,47 @@ class RepeatedDataPoint(ProxyDataFlow):
     def __init__(self, ds: DataFlow, num: int) -> None:
         super().__init__(ds)
         self.num = _check_int(num, "num", 1)
+        self._copies = 0  # copies of the datapoint in progress delivered so far
+        self._resume = 0  # copies already delivered of the first datapoint after a restore
+        self._before: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return len(self.ds) * self.num
 
     def __iter__(self) -> Iterator[Any]:
-        num = self.num
-        for dp in self.ds:
-            for _ in range(num):
+        num, ds = self.num, self.ds
+        skip, self._resume = self._resume, 0
+        itr = iter(ds)
+        while True:
+            # the child's state before the pull, so that a state taken between the copies of
+            # this datapoint can pull it again
+            self._before = ds.state_dict()
+            dp = next(itr, _END)
+            if dp is _END:
+                self._copies = 0
+                return
+            self._copies = skip
+            for _ in range(num - skip):
+                self._copies += 1
                 yield dp
+            skip = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """Between the copies of one datapoint: the child's state before it and the number of
+        copies delivered (resuming pulls it again); else the child's state."""
+        if 0 < self._copies < self.num:
+            return {"type": "RepeatedDataPoint", "num": self.num, "copies": self._copies,
+                    "child": self._before}
+        return {"type": "RepeatedDataPoint", "num": self.num, "copies": 0,
+                "child": self.ds.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self, num=self.num)
+        self.ds.load_state_dict(state["child"])
+        self._copies = self._resume = int(state["copies"])
+
+
+_END = object()
 
 
 class FixedSizeData(ProxyDataFlow):
@@ -80,6 +136,8 @@ class FixedSizeData(ProxyDataFlow):
         self._keep_state = keep_state
         self._guard = DataFlowReentrantGuard("FixedSizeData")
         self._itr: Iterator[Any] | None = None
+        self._epoch, self._cnt, self._done = 0, 0, True
+        self._resume: int | None = None
 
     def __len__(self) -> int:
         return self._size
@@ -90,12 +148,18 @@ class FixedSizeData(ProxyDataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         with self._guard:
+            cnt, self._resume = self._resume, None
             fresh = False  # whether the current iterator of ds is new and has yielded nothing
-            if self._itr is None or not self._keep_state:
-                self._itr = iter(self.ds)
-                fresh = True
-            cnt = 0
-            while cnt < self._size:
+            if cnt is None:
+                self._epoch += 1
+                cnt = 0
+                if self._itr is None or not self._keep_state:
+                    self._itr = iter(self.ds)
+                    fresh = True
+            elif self._itr is None:
+                self._itr = iter(self.ds)  # continues the child's restored epoch
+            self._cnt, self._done = cnt, False
+            while self._cnt < self._size:
                 try:
                     dp = next(self._itr)
                 except StopIteration:
@@ -108,5 +172,28 @@ class FixedSizeData(ProxyDataFlow):
                     fresh = True
                     continue
                 fresh = False
-                cnt += 1
+                self._cnt += 1
                 yield dp
+            self._done = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Own epoch and count, and the child's state (its iterator continues across epochs
+        with ``keep_state``)."""
+        return {"type": "FixedSizeData", "size": self._size, "keep_state": self._keep_state,
+                **epoch_state(self._epoch - 1, self._cnt, self._done),
+                "child": self.ds.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self, size=self._size, keep_state=self._keep_state)
+        self._epoch, self._cnt, self._done = state["epoch"] + 1, state["pos"], state["done"]
+        self._itr = None
+        if state["done"] and not self._keep_state:
+            self.ds.load_state_dict(finished(state["child"]))  # the next epoch restarts ds
+        else:
+            self.ds.load_state_dict(state["child"])
+        if state["done"]:
+            self._resume = None
+            if self._keep_state and state["epoch"] >= 0:
+                self._itr = iter(self.ds)  # the next epoch continues the child's epoch
+        else:
+            self._resume = state["pos"]

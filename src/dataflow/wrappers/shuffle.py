@@ -8,6 +8,14 @@ from typing import Any
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from dataflow.errors import UnknownLengthError
+from dataflow.state import (
+    check_state,
+    decode_items,
+    encode_items,
+    epoch_state,
+    rng_from_state,
+    rng_state,
+)
 from dataflow.wrappers.repeat import RepeatedData
 
 __all__ = ["LocallyShuffleData"]
@@ -55,7 +63,10 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self.seed = seed
         self._guard = DataFlowReentrantGuard("LocallyShuffleData")
         self._buffer: deque[Any] = deque(maxlen=buffer_size)
+        self._repeat = RepeatedData(ds, -1)  # ds, epoch after epoch
         self._source: Iterator[Any] | None = None
+        self._epoch, self._pos, self._done = 0, 0, True
+        self._resume: int | None = None
         self._incoming = 0  # datapoints taken from ds since reset_state
         self._current: Any = None  # the datapoint being appended num_reuse times
         self._pending = 0  # copies of it still to append
@@ -81,12 +92,17 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         with self._guard:
             if self.rng is None:
                 RNGDataFlow.reset_state(self)
+            start, self._resume = self._resume, None
+            if start is None:
+                self._epoch += 1
+                start = 0
+            self._pos, self._done = start, False
             try:
-                remaining: int | None = len(self)
+                remaining: int | None = len(self) - start
             except UnknownLengthError:
                 remaining = None
             if self._source is None:
-                self._source = iter(RepeatedData(self.ds, -1))
+                self._source = iter(self._repeat)
             source, buf = self._source, self._buffer
             reuse, interval, size = self.num_reuse, self.shuffle_interval, self.buffer_size
             while remaining is None or remaining > 0:
@@ -96,8 +112,9 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
                         while buf and (remaining is None or remaining > 0):
                             if remaining is not None:
                                 remaining -= 1
+                            self._pos += 1
                             yield buf.popleft()
-                        return
+                        break
                     self._current, self._pending = dp, reuse
                     self._incoming += 1
                     if self._incoming % interval == 0:
@@ -108,7 +125,36 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
                     self._pending -= 1
                     if remaining is not None:
                         remaining -= 1
+                    self._pos += 1
                     yield out
                 else:
                     buf.append(self._current)
                     self._pending -= 1
+            self._done = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Own counters, the random stream, the position in ``ds`` and, since this flow holds a
+        buffer, the buffered datapoints (at most ``buffer_size``, plus the one being reused)."""
+        if self.rng is None:
+            RNGDataFlow.reset_state(self)
+        return {
+            "type": "LocallyShuffleData", "buffer_size": self.buffer_size,
+            "num_reuse": self.num_reuse, **epoch_state(self._epoch - 1, self._pos, self._done),
+            "incoming": self._incoming, "pending": self._pending, "rng": rng_state(self.rng),
+            "buffer": encode_items([*self._buffer, self._current] if self._pending else
+                                   list(self._buffer)),
+            "child": self._repeat.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self, buffer_size=self.buffer_size, num_reuse=self.num_reuse)
+        self._epoch, self._pos, self._done = state["epoch"] + 1, state["pos"], state["done"]
+        self._resume = None if state["done"] else state["pos"]
+        self._incoming, self._pending = state["incoming"], state["pending"]
+        self.rng = rng_from_state(state["rng"])
+        items = decode_items(state["buffer"])
+        self._current = items.pop() if self._pending else None
+        self._buffer.clear()
+        self._buffer.extend(items)
+        self._repeat.load_state_dict(state["child"])
+        self._source = None
