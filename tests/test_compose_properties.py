@@ -134,3 +134,24 @@ def test_local_shuffle_never_loses_or_duplicates(n, buffer_size, num_reuse, epoc
     for i in range(pulled_items):
         pulled[i % n] += num_reuse
     assert yielded + buffered + pending == pulled
+
+
+def _build(values, shuffle, ops):
+    ref = [[v] for v in values]
+    flow = df.DataFromList(ref, shuffle=shuffle, seed=0)
+    exact_len, ordered = True, not shuffle
+    for op in ops:
+        flow, ref, exact_len, ordered = _apply(flow, ref, op, exact_len, ordered)
+    return flow
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(st.integers(-100, 100), max_size=8),
+    shuffle=st.booleans(),
+    ops=st.lists(OPS, max_size=3),
+)
+def test_random_compositions_resume_exactly(values, shuffle, ops):
+    from tests.helpers import check_resume
+
+    check_resume(lambda: _build(values, shuffle, ops), epochs=2)
