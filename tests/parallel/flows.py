@@ -128,7 +128,8 @@ def with_pid(dp: list) -> list:
 
 
 def global_random(dp: list) -> list:
-    return [dp[0], os.getpid(), int(np.random.randint(1 << 30)), random.getrandbits(30)]
+    time.sleep(0.005)
+    return [dp[0], _rng.get_worker_info(), int(np.random.randint(1 << 30)), random.getrandbits(30)]
 
 
 class _UnpicklableError(Exception):
@@ -148,3 +149,8 @@ def suicide(dp: list) -> list:
 
 def children_pids() -> list[int]:
     return [p.pid for p in psutil.Process().children(recursive=True)]
+
+
+def sleepy_pid(dp: list) -> list:
+    time.sleep(0.01)
+    return [dp[0], os.getpid()]

@@ -49,7 +49,7 @@ def _encode_np(obj: Any) -> Any:
                 "arrays of object dtype cannot be sent with the default msgpack format; convert "
                 "them to a numeric dtype or lists, or use format='pickle' between trusted peers."
             )
-        arr = np.ascontiguousarray(obj)
+        arr = obj if obj.flags.c_contiguous else obj.copy(order="C")
         if arr.dtype.kind == "V":
             return {b"nd": True, b"type": arr.dtype.descr, b"kind": b"V", b"shape": arr.shape,
                     b"data": arr.tobytes()}
@@ -87,7 +87,7 @@ def _decode_np(obj: dict) -> Any:
         dtype = _safe_dtype(obj[b"type"])
         data = obj[b"data"]
         if obj[b"nd"] is True:
-            return np.frombuffer(bytearray(data), dtype=dtype).reshape(obj[b"shape"])
+            return np.frombuffer(bytearray(data), dtype=dtype).reshape(tuple(obj[b"shape"]))
         return np.frombuffer(data, dtype=dtype)[0]
     if b"complex" in obj:
         return complex(obj[b"data"])

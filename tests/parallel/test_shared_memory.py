@@ -1,0 +1,59 @@
+"""Shared-memory segments: round trip, clean-up, fallback when /dev/shm is full."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from dataflow.parallel import shared_memory
+from dataflow.parallel.shared_memory import (
+    SHM_DIR,
+    SharedMemoryWriter,
+    cleanup_segments,
+    open_segment,
+    shm_available,
+)
+
+pytestmark = pytest.mark.skipif(not shm_available(), reason="needs Linux /dev/shm")
+
+
+def _prefix(tmp_path) -> str:
+    return f"dataflow-test{abs(hash(str(tmp_path))) % 10**8}"
+
+
+def test_round_trip_unlinks_and_is_writable(tmp_path):
+    prefix = _prefix(tmp_path)
+    data = np.arange(100_000, dtype=np.float64)
+    name = SharedMemoryWriter(prefix, 3).write(memoryview(data).cast("B"))
+    assert name == f"{prefix}-3-0"
+    assert os.path.exists(os.path.join(SHM_DIR, name))
+    view = open_segment(name)
+    assert not os.path.exists(os.path.join(SHM_DIR, name))  # unlinked once mapped
+    arr = np.frombuffer(view, dtype=np.float64)
+    assert np.array_equal(arr, data)
+    arr[0] = -1.0
+    assert arr[0] == -1.0
+
+
+def test_cleanup_removes_unreceived_segments(tmp_path):
+    prefix = _prefix(tmp_path)
+    w = SharedMemoryWriter(prefix, 0)
+    names = [w.write(memoryview(b"x" * 10)) for _ in range(3)]
+    assert names == [f"{prefix}-0-{i}" for i in range(3)]
+    assert cleanup_segments(prefix) == 3
+    assert cleanup_segments(prefix) == 0
+
+
+def test_invalid_names_are_refused():
+    with pytest.raises(ValueError, match="invalid shared-memory segment name"):
+        open_segment("../etc/passwd")
+
+
+def test_falls_back_with_a_warning_when_space_is_short(tmp_path, monkeypatch):
+    monkeypatch.setattr(shared_memory, "MIN_FREE_BYTES", 1 << 62)
+    w = SharedMemoryWriter(_prefix(tmp_path), 0)
+    with pytest.warns(RuntimeWarning, match="shared memory unavailable"):
+        assert w.write(memoryview(b"abc")) is None
+    assert w.write(memoryview(b"abc")) is None  # warns once

@@ -1,0 +1,78 @@
+"""Wire format: pickle protocol 5 with out-of-band frames, shared memory, endpoints."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from dataflow.parallel._transport import OOB_MIN_BYTES, Endpoint, FrameCodec, import_zmq
+from dataflow.parallel.shared_memory import SharedMemoryWriter, cleanup_segments, shm_available
+
+
+def _through_zmq(frames):
+    zmq = import_zmq()
+    ctx = zmq.Context()
+    a, b = ctx.socket(zmq.PAIR), ctx.socket(zmq.PAIR)
+    try:
+        a.bind("inproc://codec-test")
+        b.connect("inproc://codec-test")
+        a.send_multipart(frames, copy=False)
+        return b.recv_multipart(copy=False)
+    finally:
+        a.close(linger=0)
+        b.close(linger=0)
+        ctx.term()
+
+
+def test_small_objects_are_one_pickle():
+    frames = FrameCodec().encode([1, "a", np.arange(3)])
+    assert len(frames) == 2
+    assert frames[1] == b""
+    out = FrameCodec.decode(frames)
+    assert out[:2] == [1, "a"]
+    assert np.array_equal(out[2], np.arange(3))
+
+
+def test_large_arrays_go_out_of_band_without_copies():
+    big = np.arange(OOB_MIN_BYTES, dtype=np.int32).reshape(-1, 64)
+    fortran = np.asfortranarray(np.ones((200, 300)))
+    strided = np.ones((400, 400))[::2]  # not contiguous: stays in band
+    frames = FrameCodec().encode({"big": big, "f": fortran, "s": strided})
+    assert len(frames) == 4  # head, flags, two buffers
+    assert bytes(frames[1]) == b"\x00\x00"
+    assert np.shares_memory(np.frombuffer(frames[2], np.int32), big)
+    out = FrameCodec.decode(_through_zmq(frames))
+    assert np.array_equal(out["big"], big)
+    assert np.array_equal(out["f"], fortran)
+    assert out["f"].flags.f_contiguous
+    assert np.array_equal(out["s"], strided)
+    assert out["big"].flags.writeable
+
+
+@pytest.mark.skipif(not shm_available(), reason="needs Linux /dev/shm")
+def test_shared_memory_frames():
+    codec = FrameCodec(SharedMemoryWriter("dataflow-codec-test", 0), shm_min_bytes=1 << 20)
+    try:
+        arr = np.random.default_rng(0).integers(0, 255, (1024, 1024, 2), dtype=np.uint8)
+        frames = codec.encode([arr])
+        assert bytes(frames[1]) == b"\x01"
+        assert frames[2] == b"dataflow-codec-test-0-0"
+        out = FrameCodec.decode(_through_zmq(frames))
+        assert np.array_equal(out[0], arr)
+        assert out[0].flags.writeable
+    finally:
+        assert cleanup_segments("dataflow-codec-test") == 0
+
+
+def test_endpoint_is_private():
+    e = Endpoint("x")
+    if sys.platform.startswith("linux"):
+        assert e.address.startswith("ipc://@dataflow-x-")
+        assert len(e.address) == len("ipc://@dataflow-x-") + 32
+        assert not e.needs_early_bind
+    else:  # pragma: no cover
+        assert "ipc://" in e.address or e.address.startswith("tcp://127.0.0.1")
+    assert Endpoint("x").address != e.address
+    e.cleanup()
