@@ -46,7 +46,7 @@ def open_env(path: str, what: str, readahead: bool = True):
             f"{what}: the directory {path!r} holds no LMDB database (no data.mdb); check the path."
         )
     try:
-        return lmdb.open(
+        env = lmdb.open(
             path,
             subdir=subdir,
             readonly=True,
@@ -60,6 +60,17 @@ def open_env(path: str, what: str, readahead: bool = True):
         raise CorruptFileError(
             f"{what}: {path!r} is not a readable LMDB database ({type(e).__name__}: {e})."
         ) from e
+    # A truncated file would crash the process (SIGBUS) on the first read past its end.
+    data_file = os.path.join(path, "data.mdb") if subdir else path
+    needed = (env.info()["last_pgno"] + 1) * env.stat()["psize"]
+    actual = os.path.getsize(data_file)
+    if actual < needed:
+        env.close()
+        raise CorruptFileError(
+            f"{what}: {path!r} is truncated: it has {actual} bytes, its header says "
+            f"{needed}; the database cannot be read."
+        )
+    return env
 
 
 _ENVS: dict[tuple[int, int], list[Any]] = {}
@@ -128,6 +139,8 @@ class LMDBData(RNGDataFlow):
     flow can be forked or pickled before that.
     """
 
+    _WHAT = ""
+
     def __init__(
         self,
         lmdb_path: str | os.PathLike,
@@ -136,7 +149,7 @@ class LMDBData(RNGDataFlow):
         *,
         seed: int | None = None,
     ) -> None:
-        self._what = type(self).__name__
+        self._what = self._WHAT or type(self).__name__
         self._lmdb_path = check_source_path(lmdb_path, self._what, "lmdb_path")
         self._shuffle = bool(shuffle)
         self.seed = seed
@@ -324,6 +337,8 @@ def _lmdb_loader(path: Any, shuffle: bool, seed: int | None) -> LMDBData:
 
 class _LoadedLMDBData(LMDBData):
     """``LMDBData`` yielding ``loads(value)`` directly (no MapData layer on the hot path)."""
+
+    _WHAT = "LMDBSerializer.load"
 
     def __iter__(self) -> Iterator[Any]:
         return self._iter(get_loads(self._codec))

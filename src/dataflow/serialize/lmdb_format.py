@@ -47,10 +47,11 @@ _APPEND_LIMIT = 10**8  # 8-digit keys stay in order below this; beyond, plain (u
 class _LMDBWriter:
     """Writes batches of ``(key, value)`` into a fresh LMDB file, growing the map safely."""
 
-    def __init__(self, path: str, map_size: int) -> None:
+    def __init__(self, path: str, map_size: int, proactive: bool = True) -> None:
         lmdb = import_optional("lmdb", "LMDBSerializer")
         self._map_full = lmdb.MapFullError
         self.map_size = int(map_size)
+        self.proactive = proactive  # False only in tests, to exercise the replay path
         self.grows_proactive = 0
         self.grows_reactive = 0
         self.env = lmdb.open(
@@ -78,7 +79,7 @@ class _LMDBWriter:
         if count and nbytes // count > psize // 2:  # overflow pages round each value up
             need += count * psize
         used = (self.env.info()["last_pgno"] + 1) * psize
-        while used + need > self.map_size:  # grow between transactions (all committed)
+        while self.proactive and used + need > self.map_size:  # between transactions
             self._grow()
             self.grows_proactive += 1
         while True:

@@ -94,6 +94,7 @@ class _Scanner:
         self.verify = verify
         self.off = 0
         self.index = 0
+        self.pending: CorruptFileError | None = None
 
     def _bad_header(self, i: int, off: int, why: str) -> CorruptFileError:
         hint = " (it is not a TFRecord file)" if i == 0 else ""
@@ -108,7 +109,14 @@ class _Scanner:
             raise self._bad_header(i, off, "has a bad length checksum")
 
     def next_batch(self, limit: int | None, want_data: bool = True) -> list[Any]:
-        """Up to a batch of records (``bytes``; or ``None`` when not ``want_data``)."""
+        """Up to a batch of records (``bytes``; or ``None`` when not ``want_data``).
+
+        The records before a damaged one are returned first; the error is raised by the next
+        call, so a consumer gets every good record and then an error naming the bad one.
+        """
+        if self.pending is not None:
+            err, self.pending = self.pending, None
+            raise err
         buf, size, off, i = self.buf, self.size, self.off, self.index
         recs: list[Any] = []
         hdrs: list[bytes] = []
@@ -117,44 +125,61 @@ class _Scanner:
         offsets: list[int] = []
         nbytes = 0
         unpack, unfoot = _HEADER.unpack_from, _FOOTER.unpack_from
-        while off < size and len(recs) < _BATCH_RECORDS and nbytes < _BATCH_BYTES:
-            if limit is not None and i >= limit:
-                break
-            if off + 12 > size:
-                raise self._bad_header(i, off, f"is cut short ({size - off} header bytes)")
-            n, hc = unpack(buf, off)
-            end = off + 16 + n
-            if end > size:
-                self._check_header(i, off)
-                raise self._bad_header(i, off, f"is cut short (needs {n} bytes of data)")
-            offsets.append(off)
-            if self.verify:
-                hdrs.append(buf[off : off + 8])
-                hcrc.append(hc)
-                dcrc.append(unfoot(buf, end - 4)[0])
-            recs.append(buf[off + 12 : end - 4] if want_data or self.verify else None)
-            nbytes += n
-            off = end
-            i += 1
+        keep = self.verify or want_data
+        try:
+            while off < size and len(recs) < _BATCH_RECORDS and nbytes < _BATCH_BYTES:
+                if limit is not None and i >= limit:
+                    break
+                if off + 12 > size:
+                    raise self._bad_header(i, off, f"is cut short ({size - off} header bytes)")
+                n, hc = unpack(buf, off)
+                end = off + 16 + n
+                if end > size:
+                    self._check_header(i, off)
+                    raise self._bad_header(i, off, f"is cut short (needs {n} bytes of data)")
+                offsets.append(off)
+                if self.verify:
+                    hdrs.append(buf[off : off + 8])
+                    hcrc.append(hc)
+                    dcrc.append(unfoot(buf, end - 4)[0])
+                recs.append(buf[off + 12 : end - 4] if keep else None)
+                nbytes += n
+                off = end
+                i += 1
+        except CorruptFileError as e:
+            if not recs:
+                raise
+            self.pending = e
         if self.verify and recs:
-            self._verify(hdrs, hcrc, recs, dcrc, offsets)
+            bad, err = self._verify(hdrs, hcrc, recs, dcrc, offsets)
+            if err is not None:
+                if not bad:
+                    raise err
+                self.pending = err
+                del recs[bad:]
+                i = self.index + bad
+                off = offsets[bad]
         if not want_data:
             recs = [None] * len(recs)
         self.off, self.index = off, i
         return recs
 
-    def _verify(self, hdrs: list, hcrc: list, recs: list, dcrc: list, offsets: list) -> None:
+    def _verify(
+        self, hdrs: list, hcrc: list, recs: list, dcrc: list, offsets: list
+    ) -> tuple[int, CorruptFileError | None]:
+        """(index in the batch of the first damaged record, its error) or (0, None)."""
         bad = np.flatnonzero(masked_crc32c_many(hdrs) != np.array(hcrc, dtype=np.uint32))
         if bad.size:
             j = int(bad[0])
-            raise self._bad_header(self.index + j, offsets[j], "has a bad length checksum")
+            return j, self._bad_header(self.index + j, offsets[j], "has a bad length checksum")
         bad = np.flatnonzero(masked_crc32c_many(recs) != np.array(dcrc, dtype=np.uint32))
         if bad.size:
             j = int(bad[0])
-            raise CorruptFileError(
+            return j, CorruptFileError(
                 f"TFRecord file {self.path!r}: record {self.index + j} at byte {offsets[j]} has a "
                 "bad data checksum; the file is corrupt."
             )
+        return 0, None
 
 
 def _map_file(path: str) -> tuple[Any, Any]:
