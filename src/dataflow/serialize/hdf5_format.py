@@ -180,6 +180,8 @@ class _Column:
                 raise self._error(first, "mix str with other types")
         else:
             kind = ""
+            if any(isinstance(v, str | bytes | bytearray) for v in values):
+                raise self._error(first, "mix numbers/arrays with str or bytes")
         if self.ds is None:
             self.kind = kind
         elif kind != self.kind:
