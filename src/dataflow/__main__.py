@@ -15,6 +15,39 @@ def _demo_cmd(args: argparse.Namespace) -> int:
         seed=args.seed, progress=not args.no_progress,
     )
     print(report.format())
+    if args.profile:
+        from dataflow.profiler import profile
+
+        images = _demo.make_images(args.images, args.seed)
+        flow = _demo.build_demo_pipeline(images, args.batch_size, args.seed)
+        print(profile(flow, num=min(args.batches, 10), warmup=1).format())
+    return 0
+
+
+def _profile_cmd(args: argparse.Namespace) -> int:
+    import importlib
+    import os
+
+    from dataflow.profiler import profile
+
+    target = args.target
+    if ":" not in target:
+        raise SystemExit(f"`target` must look like module:function, got {target!r}.")
+    mod_name, func_name = target.split(":", 1)
+    sys.path.insert(0, os.getcwd())
+    try:
+        func = getattr(importlib.import_module(mod_name), func_name)
+    except (ImportError, AttributeError) as e:
+        raise SystemExit(f"cannot load {target!r}: {e}") from e
+    flow = func()
+    report = profile(flow, num=args.num, warmup=args.warmup, trace=args.trace is not None)
+    flow.close()
+    if args.trace:
+        report.write_trace(args.trace)
+    print(report.to_json() if args.json else report.format())
+    if args.trace and not args.json:
+        print(f"trace written to {args.trace} (open it in https://ui.perfetto.dev or "
+              "chrome://tracing)")
     return 0
 
 
@@ -31,7 +64,18 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--batches", type=int, default=40, help="batches to time (default 40)")
     demo.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    demo.add_argument("--no-profile", dest="profile", action="store_false",
+                      help="skip the per-stage profile after the report")
     demo.set_defaults(func=_demo_cmd)
+    prof = sub.add_parser(
+        "profile", help="time every stage of a pipeline and name the bottleneck"
+    )
+    prof.add_argument("target", help="module:function returning the dataflow to profile")
+    prof.add_argument("--num", type=int, default=1000, help="datapoints to time (default 1000)")
+    prof.add_argument("--warmup", type=int, default=10, help="datapoints before timing")
+    prof.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    prof.add_argument("--trace", metavar="FILE", help="also write a Chrome trace-event file")
+    prof.set_defaults(func=_profile_cmd)
     return parser
 
 

@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import dataflow as df
+from dataflow.profiler import pipeline_stages, profile
+
+
+def _slow_source():
+    def gen():
+        for i in range(10_000):
+            time.sleep(0.002)
+            yield [i, float(i)]
+
+    return df.BatchData(df.MapDataComponent(df.DataFromGenerator(gen), abs), 4)
+
+
+def _slow_map_func(x):
+    time.sleep(0.002)
+    return x
+
+
+def _slow_map():
+    src = df.DataFromList([[i, float(i)] for i in range(1000)], shuffle=False)
+    return df.BatchData(df.MapDataComponent(src, _slow_map_func), 4)
+
+
+def _slow_batch():
+    big = np.zeros((256, 256, 4), np.float32)
+    src = df.DataFromList([[big, i] for i in range(192)], shuffle=False)
+    return df.BatchData(df.MapDataComponent(src, abs, index=1), 64)
+
+
+@pytest.mark.parametrize(
+    ("make", "stage", "words", "batch_size"),
+    [
+        (_slow_source, "DataFromGenerator", "source", 4),
+        (_slow_map, "MapDataComponent", "MultiProcessMapDataZMQ", 4),
+        (_slow_batch, "BatchData", "batching is the bottleneck", 64),
+    ],
+)
+def test_names_the_known_bottleneck(make, stage, words, batch_size):
+    report = profile(make(), num=6, warmup=1)
+    assert report.bottleneck_stage.name == stage
+    assert words in report.suggestion
+    assert report.items == 6
+    names = [s.name for s in report.stages]
+    assert names == ["BatchData", "MapDataComponent", names[2]]
+    assert [s.depth for s in report.stages] == [0, 1, 2]
+    assert report.stages[1].items == report.stages[2].items == 6 * batch_size
+
+
+def test_counts_bytes_and_restores_classes():
+    flow = _slow_batch()
+    inner = flow.ds
+    report = profile(flow, num=2, warmup=0)
+    assert type(flow) is df.BatchData and type(inner) is df.MapDataComponent
+    assert report.stages[0].items == 2
+    assert report.stages[0].bytes == 2 * (64 * 256 * 256 * 4 * 4 + 64 * 4)
+    assert report.stages[1].items == 128
+
+
+def test_json_and_trace(tmp_path):
+    report = profile(_slow_map(), num=3, warmup=0, trace=True)
+    data = json.loads(report.to_json())
+    assert data["items"] == 3
+    assert data["bottleneck"]["stage"] == "MapDataComponent"
+    assert [s["name"] for s in data["stages"]] == ["BatchData", "MapDataComponent",
+                                                    "DataFromList"]
+    path = tmp_path / "trace.json"
+    report.write_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert {e["tid"] for e in spans} == {0, 1, 2}
+    assert sum(1 for e in spans if e["tid"] == 1) == 12
+    assert all(e["dur"] >= 0 for e in spans)
+    rows = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert rows == {0: "0: BatchData", 1: "1:   MapDataComponent", 2: "2:     DataFromList"}
+
+
+def test_table_format():
+    text = profile(_slow_map(), num=2, warmup=0).format()
+    assert "Pipeline profile" in text
+    assert "bottleneck: stage 1 (MapDataComponent)" in text
+
+
+def test_stages_of_combined_flows():
+    a = df.DataFromList([[1]], shuffle=False)
+    flow = df.ConcatData([a, df.MapData(a, abs)])
+    assert [(d, type(f).__name__) for d, f in pipeline_stages(flow)] == [
+        (0, "ConcatData"), (1, "DataFromList"), (1, "MapData")]
+
+
+def test_cli_profile(tmp_path):
+    mod = tmp_path / "mypipe.py"
+    mod.write_text(
+        "import dataflow as df\n"
+        "def build():\n"
+        "    return df.BatchData(df.DataFromList([[i] for i in range(100)], shuffle=False), 5)\n"
+    )
+    trace = tmp_path / "t.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "dataflow", "profile", "mypipe:build", "--num", "5", "--json",
+         "--trace", str(trace)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["items"] == 5 and [s["name"] for s in out["stages"]] == ["BatchData",
+                                                                          "DataFromList"]
+    assert json.loads(trace.read_text())["traceEvents"]
