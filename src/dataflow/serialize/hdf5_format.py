@@ -15,6 +15,7 @@ datasets exist and have equal lengths, with clear errors.
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -273,14 +274,13 @@ class HDF5Serializer:
         size = reset_and_len(df, "HDF5Serializer.save")
         meter = ProgressMeter(f"HDF5 {os.path.basename(path)}", size, progress)
         try:
-            with atomic_target(path) as tmp:
-                with h5py.File(tmp, "w") as f:
-                    _write_rows(f, _rows(df, paths), paths, meter)
-                fd = os.open(tmp, os.O_RDONLY)
-                try:
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+            with atomic_target(path) as tmp, open(tmp, "w+b", buffering=0) as raw:
+                guarded = _GuardedFile(raw)
+                with h5py.File(guarded, "w") as f:
+                    _write_rows(f, _rows(df, paths), paths, meter, guarded)
+                guarded.check()
+                os.fsync(raw.fileno())
+                raw.close()
                 if os.path.lexists(path) and not overwrite:
                     check_overwrite(path, overwrite, "HDF5Serializer.save")
         finally:
@@ -298,7 +298,63 @@ class HDF5Serializer:
         return HDF5Data(path, data_paths, shuffle, seed=seed)
 
 
-def _write_rows(f: Any, rows: Iterator[Any], paths: list[str], meter: ProgressMeter) -> None:
+class _GuardedFile(io.RawIOBase):
+    """A file for h5py's ``fileobj`` driver that never reports a failed write to HDF5.
+
+    When the disk fails (full, quota, EFBIG), HDF5 is left with an open file it cannot flush
+    and crashes the process at exit (observed with h5py 3.14). So the first ``OSError`` is
+    recorded, later writes are dropped, HDF5 closes normally, and :meth:`check` raises it.
+    """
+
+    def __init__(self, raw: Any) -> None:
+        super().__init__()
+        self.raw = raw
+        self.error: OSError | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def writable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        return self.raw.readinto(b)
+
+    def write(self, b: Any) -> int:
+        if self.error is None:
+            try:
+                return self.raw.write(b)
+            except OSError as e:
+                self.error = e
+        return len(memoryview(b))
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+    def truncate(self, size: int | None = None) -> int:
+        try:
+            return self.raw.truncate(size)
+        except OSError as e:
+            self.error = self.error or e
+            return self.raw.tell() if size is None else size
+
+    def flush(self) -> None:
+        pass
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise self.error
+
+
+def _write_rows(
+    f: Any, rows: Iterator[Any], paths: list[str], meter: ProgressMeter, guarded: _GuardedFile
+) -> None:
     cols = [_Column(f, p, i) for i, p in enumerate(paths)]
     buf: list[Any] = []
     limit = 0
@@ -313,6 +369,7 @@ def _write_rows(f: Any, rows: Iterator[Any], paths: list[str], meter: ProgressMe
             meter.update(len(buf), 0)
             first += len(buf)
             buf = []
+            guarded.check()
     if buf:
         for col, values in zip(cols, zip(*buf)):
             col.append(values, first)
