@@ -90,29 +90,40 @@ def _dispatch_table() -> dict[type, Any]:
     return _table
 
 
-def _new_pickler() -> tuple[io.BytesIO, pickle.Pickler]:
-    buf = io.BytesIO()
-    pickler = pickle.Pickler(buf, PICKLE_PROTOCOL)
-    pickler.dispatch_table = _dispatch_table()
-    return buf, pickler
+class _Pickler(pickle.Pickler):
+    dispatch_table = None  # set on first use by _pickler_class()
+
+
+_REUSE_LIMIT = 1 << 16
+
+
+def _pickler_class() -> type[pickle.Pickler]:
+    if _Pickler.dispatch_table is None:
+        _Pickler.dispatch_table = _dispatch_table()
+    return _Pickler
 
 
 def dump_pickle(obj: Any, file: Any) -> None:
     """Pickle ``obj`` into the binary ``file`` like :func:`dumps` (streaming)."""
-    pickler = pickle.Pickler(file, PICKLE_PROTOCOL)
-    pickler.dispatch_table = _dispatch_table()
-    pickler.dump(obj)
+    _pickler_class()(file, PICKLE_PROTOCOL).dump(obj)
 
 
 def _dumps_pickle(obj: Any) -> bytes:
-    """``pickle.dumps(obj, 5)`` with NumPy-version-independent arrays (a reused pickler)."""
+    """``pickle.dumps(obj, 5)`` with NumPy-version-independent arrays.
+
+    A per-thread pickler is reused for small outputs (cheaper than a new one per call); after
+    a large output (whose memo table may have grown, making ``clear_memo`` slow), or inside a
+    nested call, a fresh one is used.
+    """
     state = getattr(_local, "pickler", None)
-    if state is None or _local.busy:  # first use in this thread, or a nested call
-        buf, pickler = _new_pickler()
-        pickler.dump(obj)
-        if state is None:
-            _local.pickler, _local.busy = (buf, pickler), False
-        return buf.getvalue()
+    if state is None or _local.busy:
+        buf = io.BytesIO()
+        _pickler_class()(buf, PICKLE_PROTOCOL).dump(obj)
+        out = buf.getvalue()
+        if state is None and len(out) <= _REUSE_LIMIT:
+            fresh = io.BytesIO()
+            _local.pickler, _local.busy = (fresh, _pickler_class()(fresh, PICKLE_PROTOCOL)), False
+        return out
     buf, pickler = state
     buf.seek(0)
     buf.truncate()
@@ -125,7 +136,10 @@ def _dumps_pickle(obj: Any) -> bytes:
         raise
     finally:
         _local.busy = False
-    return buf.getvalue()
+    out = buf.getvalue()
+    if len(out) > _REUSE_LIMIT:
+        _local.pickler = None
+    return out
 
 
 class _NumPy1Unpickler(pickle.Unpickler):

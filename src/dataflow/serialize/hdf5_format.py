@@ -162,6 +162,8 @@ class _Column:
         if kind == "str":
             return arr.astype(object)
         if arr.dtype.kind not in "biufc":
+            if any(isinstance(v, str | bytes | bytearray) for v in values):
+                raise self._error(first, "mix numbers/arrays with str or bytes")
             raise self._error(
                 first,
                 f"hold {describe(v0)} (dtype {arr.dtype}) which HDF5Serializer cannot store; "
@@ -181,8 +183,6 @@ class _Column:
                 raise self._error(first, "mix str with other types")
         else:
             kind = ""
-            if any(isinstance(v, str | bytes | bytearray) for v in values):
-                raise self._error(first, "mix numbers/arrays with str or bytes")
         if self.ds is None:
             self.kind = kind
         elif kind != self.kind:
@@ -216,12 +216,14 @@ class _Column:
             dtype = h5py.string_dtype("utf-8")
         else:
             dtype = arr.dtype
+        row_bytes = max(1, int(np.prod(arr.shape[1:], dtype=np.int64)) * arr.dtype.itemsize)
+        rows = 4096 if self.kind else max(1, min(1 << 16, (4 << 20) // row_bytes))
         self.ds = self.f.create_dataset(
             self.path,
             shape=(0, *arr.shape[1:]),
             maxshape=(None, *arr.shape[1:]),
             dtype=dtype,
-            chunks=True,
+            chunks=(rows, *arr.shape[1:]),  # whole rows, ~4 MB: h5py's auto chunks are slow
         )
         if self.kind:
             self.ds.attrs[_KIND_ATTR] = self.kind
