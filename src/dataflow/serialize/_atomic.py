@@ -155,7 +155,14 @@ class ProgressMeter:
         if enabled:
             from dataflow.utils import get_tqdm
 
-            self.bar = get_tqdm(total=total, desc=desc, unit="dp", unit_scale=True)
+            self.bar = get_tqdm(
+                total=total,
+                desc=desc,
+                unit="dp",
+                unit_scale=True,
+                bar_format="{l_bar}{bar}|{n_fmt}/{total_fmt}[{elapsed}<{remaining},"
+                "{rate_noinv_fmt}{postfix}]",
+            )
 
     def update(self, n: int, nbytes: int) -> None:
         self.nbytes += nbytes

@@ -163,7 +163,7 @@ class LMDBSerializer:
         dumps = get_dumps(codec)
         target = _target_file(path)
         check_overwrite(target, overwrite, "LMDBSerializer.save")
-        import_optional("lmdb", "LMDBSerializer")
+        lmdb = import_optional("lmdb", "LMDBSerializer")
         size = reset_and_len(df, "LMDBSerializer.save")
         meter = ProgressMeter(f"LMDB {os.path.basename(path)}", size, progress)
         try:
@@ -175,6 +175,12 @@ class LMDBSerializer:
                     keys_value = dumps(keys)
                     writer.put_batch([(KEYS_KEY, keys_value)], len(keys_value), append=False)
                     writer.finish(n + 1, path)
+                except lmdb.Error as e:
+                    writer.abort()
+                    raise OSError(
+                        f"LMDBSerializer.save: writing {target!r} failed ({type(e).__name__}: "
+                        f"{e}); nothing was saved. Is the disk full or the file too large?"
+                    ) from e
                 except BaseException:
                     writer.abort()
                     raise
