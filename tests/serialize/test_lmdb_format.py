@@ -249,3 +249,21 @@ def test_empty_flow_round_trips(tmp_path):
     df = LMDBSerializer.load(tmp_path / "db", shuffle=True)
     assert len(df) == 0
     assert check_dataflow(df) == []
+
+
+def test_keys_that_are_not_in_the_database(tmp_path):
+    _save(tmp_path / "db", [[0], [1]])
+    raw = LMDBData(tmp_path / "db", shuffle=False, keys=[b"00000001", b"nope"])
+    raw.reset_state()
+    with pytest.raises(CorruptFileError, match=r"key b'nope' \(record 1\) is missing from"):
+        list(raw)
+    raw.close()
+    _raw_db(tmp_path / "bad", [(b"a", dumps([1])), (b"__keys__", dumps([b"a", b"b"]))])
+    df = LMDBSerializer.load(tmp_path / "bad", shuffle=True, seed=0)
+    df.reset_state()
+    with pytest.raises(CorruptFileError, match=r"key b'b' \(record \d\) is missing from"):
+        list(df)
+    df.close()
+    _raw_db(tmp_path / "garbage", [(b"a", dumps([1])), (b"__keys__", b"\x80\x05garbage")])
+    with pytest.raises(CorruptFileError, match=r"the `__keys__` entry of '.*garbage' cannot be"):
+        LMDBSerializer.load(tmp_path / "garbage")

@@ -191,6 +191,8 @@ class LMDBData(RNGDataFlow):
         elif stored_keys is not None:
             try:
                 keys = loads(stored_keys)
+                if keys and not isinstance(keys[0], bytes):
+                    keys = [_as_key(k, i) for i, k in enumerate(keys)]
             except Exception as e:
                 raise CorruptFileError(
                     f"{self._what}: the `__keys__` entry of {self._lmdb_path!r} cannot be "
@@ -237,12 +239,12 @@ class LMDBData(RNGDataFlow):
             pass
 
     # ----------------------------------------------------------------- iteration
-    def _order(self) -> list[bytes]:
-        """This epoch's keys in read order (random reads)."""
+    def _order(self, epoch: int) -> list[bytes]:
+        """The keys of epoch ``epoch`` in read order (random reads)."""
         keys = self.keys
         if not self._shuffle:
             return keys
-        perm = self._epoch_rng(self._epoch).permutation(len(keys))
+        perm = self._epoch_rng(epoch).permutation(len(keys))
         return [keys[i] for i in perm.tolist()]
 
     def _sequential(self, txn: Any, values_only: bool) -> Iterator[Any]:
@@ -262,7 +264,7 @@ class LMDBData(RNGDataFlow):
         by_key = self._shuffle or self._explicit_keys
         with self._guard, self._env.begin(buffers=False) as txn:
             if by_key:
-                yield from self._iter_keys(txn, decode)
+                yield from self._iter_keys(txn, decode, epoch)
             elif decode is None:
                 for self._pos, kv in enumerate(self._sequential(txn, False), 1):  # noqa: B020
                     yield list(kv)
@@ -273,9 +275,11 @@ class LMDBData(RNGDataFlow):
                 except Exception as e:
                     raise self._decode_error(e, epoch) from e
 
-    def _iter_keys(self, txn: Any, decode: Callable[[bytes], Any] | None) -> Iterator[Any]:
+    def _iter_keys(
+        self, txn: Any, decode: Callable[[bytes], Any] | None, epoch: int
+    ) -> Iterator[Any]:
         get = txn.get
-        order = self._order()
+        order = self._order(epoch)
         try:
             if decode is None:
                 for self._pos, k in enumerate(order, 1):
@@ -297,12 +301,13 @@ class LMDBData(RNGDataFlow):
                     f"{self._what}: key {order[self._pos - 1]!r} (record {self._pos - 1}) is "
                     f"missing from {self._lmdb_path!r}; `keys` / `__keys__` do not match it."
                 ) from None
-            raise self._decode_error(e, self._epoch - 1) from e
+            raise self._decode_error(e, epoch) from e
 
     def _decode_error(self, e: Exception, epoch: int) -> CorruptFileError:
+        codec = self._codec.split("-")[0]
         return CorruptFileError(
             f"{self._what}: record {self._pos - 1} of {self._lmdb_path!r} (epoch {epoch}) "
-            f"cannot be decoded as {self._codec} ({type(e).__name__}: {e}); the file is corrupt "
+            f"cannot be decoded as {codec} ({type(e).__name__}: {e}); the file is corrupt "
             "or was not written by LMDBSerializer."
         )
 
