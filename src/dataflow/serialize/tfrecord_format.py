@@ -258,9 +258,10 @@ class TFRecordData(DataFlow):
         )
 
     def _decode_error(self, e: Exception) -> CorruptFileError:
+        codec = self._codec.split("-")[0]
         return CorruptFileError(
             f"TFRecord file {self._path!r}: record {self._pos - 1} cannot be decoded as "
-            f"{self._codec} ({type(e).__name__}: {e}); was it written by TFRecordSerializer? "
+            f"{codec} ({type(e).__name__}: {e}); was it written by TFRecordSerializer? "
             "Use decode=False for raw records."
         )
 
