@@ -4,9 +4,11 @@ import struct
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflow.serialize import CorruptFileError, TFRecordData, TFRecordSerializer, dumps, loads
-from dataflow.serialize.tfrecord_format import frame_records
+from dataflow.serialize.tfrecord_format import _Scanner, frame_records
 from tests.helpers import check_dataflow
 from tests.serialize._samples import flow, listing, rich_datapoints
 
@@ -145,3 +147,24 @@ def test_tensorflow_interop_both_directions(tmp_path):
     df.reset_state()
     with pytest.raises(CorruptFileError, match=r"'.*bad': record 5 cannot be read"):
         list(df)
+
+
+def _drain(scanner):
+    got = []
+    while batch := scanner.next_batch(None):
+        got.extend(batch)
+    return got
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.binary(max_size=200), max_size=30), st.integers(0, 10_000))
+def test_property_framing_round_trips_and_any_flipped_bit_is_caught(records, flip):
+    framed = frame_records(records)
+    assert _drain(_Scanner(framed, "mem", verify=True)) == records
+    if not framed:
+        return
+    damaged = bytearray(framed)
+    damaged[flip % len(damaged)] ^= 1 << (flip % 8)
+    scanner = _Scanner(bytes(damaged), "mem", verify=True)
+    with pytest.raises(CorruptFileError, match=r"'mem': record \d+ at byte \d+ "):
+        _drain(scanner)

@@ -77,6 +77,15 @@ _ENVS: dict[tuple[int, int], list[Any]] = {}
 _ENVS_LOCK = threading.Lock()
 
 
+def _reinit_lock() -> None:  # a fork while another thread held the lock must not deadlock
+    global _ENVS_LOCK
+    _ENVS_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_lock)
+
+
 def acquire_env(path: str, what: str, readahead: bool = True) -> tuple[Any, tuple[int, int]]:
     """A shared read-only environment for ``path`` and its registry key.
 
