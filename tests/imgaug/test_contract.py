@@ -125,3 +125,29 @@ def test_every_public_augmentor_is_covered():
         and n not in ("ImageAugmentor", "Augmentor", "PhotometricAugmentor")
     }
     assert public - covered == set()
+
+
+@pytest.mark.parametrize("img_name", ["uint8-rgb", "float32-gray1"])
+@pytest.mark.parametrize("name", sorted(_all_augmentors()))
+def test_augment_fast_path_matches_the_transform(name, img_name):
+    img = IMAGES[img_name]
+    set_seed(4)
+    aug = _all_augmentors()[name]
+    fast = [aug.augment(img) for _ in range(4)]
+    set_seed(4)
+    aug = _all_augmentors()[name]
+    slow = [aug.get_transform(img).apply_image(img) for _ in range(4)]
+    for a, b in zip(fast, slow):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_subclass_overriding_get_transform_is_used_by_augment():
+    class Always(imgaug.Flip):
+        def get_transform(self, img):
+            return imgaug.FlipTransform(img.shape[0], img.shape[1], True)
+
+    img = IMAGES["uint8-gray2d"]
+    for _ in range(5):
+        np.testing.assert_array_equal(Always(horiz=True).augment(img), img[:, ::-1])
+        np.testing.assert_array_equal(imgaug.AugmentorList([Always(horiz=True)]).augment(img),
+                                      img[:, ::-1])

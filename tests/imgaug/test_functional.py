@@ -64,3 +64,22 @@ def test_paste_and_affine_coords():
     c = np.array([[0.5, 1.5]], np.float32)
     out = fn.affine_coords(c, mat)
     assert out.dtype == np.float32 and out.tolist() == [[0.5, 2.5]]
+
+
+def test_uint8_brightness_paths_agree():
+    img = np.random.RandomState(0).randint(0, 256, (4, 5, 6)).astype(np.uint8)
+    many = fn.add_scalar(img, 7.6)
+    few = np.concatenate([fn.add_scalar(img[..., :3], 7.6), fn.add_scalar(img[..., 3:], 7.6)], 2)
+    np.testing.assert_array_equal(many, few)
+    np.testing.assert_array_equal(many, np.clip(img.astype(int) + 8, 0, 255))
+    assert fn.add_scalar(img[..., :1], -300.0).max() == 0
+    np.testing.assert_array_equal(fn.add_scalar(img[..., 0], 0.4), img[..., 0])
+
+
+def test_flip_and_transpose_return_contiguous_arrays():
+    img = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
+    for out, ref in ((fn.flip(img), img[:, ::-1]), (fn.flip(img[..., :1], False), img[::-1, :, :1]),
+                     (fn.transpose(img), img.swapaxes(0, 1)),
+                     (fn.transpose(img[..., :1]), img[..., :1].swapaxes(0, 1))):
+        assert out.flags["C_CONTIGUOUS"]
+        np.testing.assert_array_equal(out, ref)

@@ -130,6 +130,12 @@ class ImageAugmentor:
             self.rng.uniform(low, high, size).astype(np.float32)
         )
 
+    def _uniform(self, low: float = 0.0, high: float = 1.0) -> float:
+        """One ``uniform(low, high)`` draw; the same value as ``self.rng.uniform(low, high)``
+        (which computes ``low + (high - low) * random_sample()``), at a fifth of the cost."""
+        r = self.__dict__.get("_rng") or self.rng
+        return low + (high - low) * r.random_sample()
+
     # ------------------------------------------------------------ main API
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         """Sample parameters for ``img`` and return a deterministic transform.
@@ -153,7 +159,21 @@ class ImageAugmentor:
     def augment(self, img: np.ndarray) -> np.ndarray:
         """Validate ``img`` and return ``get_transform(img).apply_image(img)``."""
         fn.check_image(img)
+        return self._augment_image(img)
+
+    def _augment_image(self, img: np.ndarray) -> np.ndarray:
+        """``get_transform(img).apply_image(img)`` for a validated image.
+
+        Hot built-in augmentors override it with the same random draws and the same kernels,
+        without building a transform object. A subclass that overrides ``get_transform`` but
+        not this method gets this generic version back (see ``__init_subclass__``).
+        """
         return self.get_transform(img).apply_image(img)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "get_transform" in cls.__dict__ and "_augment_image" not in cls.__dict__:
+            cls._augment_image = ImageAugmentor._augment_image  # type: ignore[method-assign]
 
     # ------------------------------------------------------------ deprecated API
     def augment_return_params(self, img: np.ndarray) -> tuple[np.ndarray, BaseTransform]:
@@ -246,7 +266,12 @@ class AugmentorList(ImageAugmentor):
         """Same result and random draws as ``get_transform(img).apply_image(img)``, faster."""
         fn.check_image(img)
         for a in self.augmentors:
-            img = a.get_transform(img).apply_image(img)
+            img = a._augment_image(img)
+        return img
+
+    def _augment_image(self, img: np.ndarray) -> np.ndarray:
+        for a in self.augmentors:
+            img = a._augment_image(img)
         return img
 
     def __iter__(self):
@@ -295,6 +320,9 @@ class PhotometricAugmentor(ImageAugmentor):
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         params = self._get_augment_params(img)
         return PhotometricTransform(_BoundAugment(self, params), name=type(self).__name__)
+
+    def _augment_image(self, img: np.ndarray) -> np.ndarray:
+        return self._augment(img, self._get_augment_params(img))
 
 
 def _as_augmentor_list(augmentors: Iterable[ImageAugmentor] | AugmentorList) -> AugmentorList:

@@ -45,6 +45,14 @@ class RandomCrop(ImageAugmentor):
         x0 = self.rng.randint(img.shape[1] - w + 1)
         return CropTransform(y0, x0, h, w)
 
+    def _augment_image(self, img: np.ndarray) -> np.ndarray:
+        h, w = self._shape
+        if h > img.shape[0] or w > img.shape[1]:
+            check_fits(self._shape, img, "RandomCrop `crop_shape`")
+        y0 = self.rng.randint(img.shape[0] - h + 1)
+        x0 = self.rng.randint(img.shape[1] - w + 1)
+        return fn.crop(img, y0, x0, h, w)
+
 
 class CenterCrop(ImageAugmentor):
     """Crop the centre ``crop_shape`` window at ``(int((H - h) / 2), int((W - w) / 2))``."""
@@ -59,6 +67,13 @@ class CenterCrop(ImageAugmentor):
         check_fits(self._shape, img, "CenterCrop `crop_shape`")
         h, w = self._shape
         return CropTransform(int((img.shape[0] - h) / 2), int((img.shape[1] - w) / 2), h, w)
+
+    def _augment_image(self, img: np.ndarray) -> np.ndarray:
+        h, w = self._shape
+        ih, iw = img.shape[:2]
+        if h > ih or w > iw:
+            check_fits(self._shape, img, "CenterCrop `crop_shape`")
+        return fn.crop(img, int((ih - h) / 2), int((iw - w) / 2), h, w)
 
 
 class RandomCropRandomShape(ImageAugmentor):

@@ -137,24 +137,27 @@ def _cv_float(img: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------- geometry: images
 def resize(img: np.ndarray, new_h: int, new_w: int, interp: int = cv2.INTER_LINEAR) -> np.ndarray:
     """Resize to ``(new_h, new_w)``."""
-    if img.shape[0] == new_h and img.shape[1] == new_w:
-        return img.copy()
-    return _like(cv2.resize(img, (int(new_w), int(new_h)), interpolation=interp), img)
+    out = cv2.resize(img, (new_w, new_h), interpolation=interp)
+    return out if out.ndim == img.ndim else out[:, :, np.newaxis]
 
 
 def crop(img: np.ndarray, y0: int, x0: int, h: int, w: int) -> np.ndarray:
-    """``img[y0:y0+h, x0:x0+w]`` (a view, as in tensorpack; callers never write into it)."""
+    """``img[y0:y0+h, x0:x0+w]`` (a view, as in tensorpack: OpenCV reads such views without
+    copying; nothing in dataflow writes into it)."""
     return img[y0 : y0 + h, x0 : x0 + w]
 
 
 def flip(img: np.ndarray, horiz: bool = True) -> np.ndarray:
-    """Mirror the columns (``horiz``) or the rows (a view)."""
-    return img[:, ::-1] if horiz else img[::-1]
+    """Mirror the columns (``horiz``) or the rows, into a new contiguous array (``cv2.flip``
+    is many times faster than copying a negative-stride view)."""
+    return _like(cv2.flip(img, 1 if horiz else 0), img)
 
 
 def transpose(img: np.ndarray) -> np.ndarray:
-    """Swap the first two axes (a view)."""
-    return img.swapaxes(0, 1)
+    """Swap the first two axes, into a new contiguous array."""
+    if img.ndim == 2 or img.shape[2] <= 4:
+        return _like(cv2.transpose(img), img)
+    return np.ascontiguousarray(img.swapaxes(0, 1))
 
 
 def warp_affine(
@@ -232,9 +235,13 @@ def affine_coords(coords: np.ndarray, mat: np.ndarray) -> np.ndarray:
 
 # ---------------------------------------------------------------- photometric
 def add_scalar(img: np.ndarray, delta: float, clip: bool = True) -> np.ndarray:
-    """``img + delta``; uint8 via a lookup table (no float temporaries)."""
+    """``img + delta``. uint8 adds ``rint(delta)`` with saturation (``cv2.add``, or a lookup
+    table beyond 4 channels), so no float temporaries are made."""
     if img.dtype == _UINT8:
-        return _lut(img, _ARANGE256 + np.float32(delta))
+        d = float(round(delta))  # round half to even, like np.rint
+        if img.ndim == 2 or img.shape[2] <= 4:
+            return cv2.add(img, (d, d, d, d)).reshape(img.shape)
+        return _lut(img, _ARANGE256 + np.float32(d))
     return finish(img + img.dtype.type(delta), img.dtype, clip)
 
 

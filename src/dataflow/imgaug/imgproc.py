@@ -7,6 +7,7 @@ normalizers, which return float32 as in tensorpack. None modifies its input.
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
@@ -15,6 +16,7 @@ import numpy as np
 from dataflow.imgaug import functional as fn
 from dataflow.imgaug._args import pair
 from dataflow.imgaug.base import PhotometricAugmentor
+from dataflow.imgaug.transform import BaseTransform, PhotometricTransform
 
 __all__ = [
     "Brightness",
@@ -31,6 +33,15 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+
+class _Kernel(functools.partial):
+    """``functools.partial(kernel, **params)`` that exposes its first keyword as ``params``,
+    like the generic photometric transforms do (``tfm.func.params``)."""
+
+    @property
+    def params(self) -> Any:
+        return next(iter(self.keywords.values()))
 
 
 def _need_channels(img: np.ndarray, n: int, who: str) -> None:
@@ -50,7 +61,7 @@ class Hue(PhotometricAugmentor):
         self.range, self.rgb = range, rgb
 
     def _get_augment_params(self, img: np.ndarray) -> float:
-        return float(self.rng.uniform(*self.range))
+        return self._uniform(*self.range)
 
     def _augment(self, img: np.ndarray, offset: float) -> np.ndarray:
         _need_channels(img, 3, "Hue")
@@ -67,10 +78,18 @@ class Brightness(PhotometricAugmentor):
         self.delta, self.clip = delta, clip
 
     def _get_augment_params(self, img: np.ndarray) -> float:
-        return float(self.rng.uniform(-self.delta, self.delta))
+        return self._uniform(-self.delta, self.delta)
 
     def _augment(self, img: np.ndarray, v: float) -> np.ndarray:
         return fn.add_scalar(img, v, self.clip)
+
+    def get_transform(self, img: np.ndarray) -> BaseTransform:
+        # the hot path of most pipelines: a C-level partial instead of two Python frames
+        v = self._get_augment_params(img)
+        return PhotometricTransform(_Kernel(fn.add_scalar, delta=v, clip=self.clip), "Brightness")
+
+    def _augment_image(self, img: np.ndarray) -> np.ndarray:
+        return fn.add_scalar(img, self._uniform(-self.delta, self.delta), self.clip)
 
 
 class BrightnessScale(PhotometricAugmentor):
@@ -82,7 +101,7 @@ class BrightnessScale(PhotometricAugmentor):
         self.range, self.clip = range, clip
 
     def _get_augment_params(self, img: np.ndarray) -> float:
-        return float(self.rng.uniform(*self.range))
+        return self._uniform(*self.range)
 
     def _augment(self, img: np.ndarray, v: float) -> np.ndarray:
         return fn.multiply(img, v, self.clip)
@@ -100,7 +119,7 @@ class Contrast(PhotometricAugmentor):
         self.factor_range, self.rgb, self.clip = factor_range, rgb, clip
 
     def _get_augment_params(self, img: np.ndarray) -> float:
-        return float(self.rng.uniform(*self.factor_range))
+        return self._uniform(*self.factor_range)
 
     def _augment(self, img: np.ndarray, r: float) -> np.ndarray:
         return fn.contrast(img, r, self.rgb, self.clip)
@@ -166,7 +185,7 @@ class Gamma(PhotometricAugmentor):
         self.range = range
 
     def _get_augment_params(self, img: np.ndarray) -> float:
-        return float(self.rng.uniform(*self.range))
+        return self._uniform(*self.range)
 
     def _augment(self, img: np.ndarray, g: float) -> np.ndarray:
         return fn.gamma(img, g)
@@ -195,7 +214,7 @@ class Saturation(PhotometricAugmentor):
         self.alpha, self.rgb, self.clip = alpha, rgb, clip
 
     def _get_augment_params(self, img: np.ndarray) -> float:
-        return 1.0 + float(self.rng.uniform(-self.alpha, self.alpha))
+        return 1.0 + self._uniform(-self.alpha, self.alpha)
 
     def _augment(self, img: np.ndarray, v: float) -> np.ndarray:
         _need_channels(img, 3, "Saturation")

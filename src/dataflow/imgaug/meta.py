@@ -45,7 +45,7 @@ class RandomApplyAug(ImageAugmentor):
         self.aug.reset_state()
 
     def get_transform(self, img: np.ndarray) -> BaseTransform:
-        if self.rng.uniform() < self.prob:
+        if self._uniform() < self.prob:
             return self.aug.get_transform(img)
         return NoOpTransform()
 

@@ -37,9 +37,12 @@ class Flip(ImageAugmentor):
         self.horiz, self.vert, self.prob = horiz, vert, prob
 
     def get_transform(self, img: np.ndarray) -> BaseTransform:
-        if self.rng.uniform() < self.prob:
+        if self._uniform() < self.prob:
             return FlipTransform(img.shape[0], img.shape[1], bool(self.horiz))
         return NoOpTransform()
+
+    def _augment_image(self, img: np.ndarray) -> np.ndarray:
+        return fn.flip(img, bool(self.horiz)) if self._uniform() < self.prob else img
 
 
 class Resize(ImageAugmentor):
@@ -53,6 +56,9 @@ class Resize(ImageAugmentor):
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         fn.check_image(img)
         return ResizeTransform(img.shape[0], img.shape[1], *self._shape, self.interp)
+
+    def _augment_image(self, img: np.ndarray) -> np.ndarray:
+        return fn.resize(img, self._shape[0], self._shape[1], self.interp)
 
 
 def _shortest_edge_size(h: int, w: int, size: int) -> tuple[int, int]:
@@ -75,6 +81,10 @@ class ResizeShortestEdge(ImageAugmentor):
         fn.check_image(img)
         h, w = img.shape[:2]
         return ResizeTransform(h, w, *_shortest_edge_size(h, w, self.size), self.interp)
+
+    def _augment_image(self, img: np.ndarray) -> np.ndarray:
+        new_h, new_w = _shortest_edge_size(img.shape[0], img.shape[1], self.size)
+        return fn.resize(img, new_h, new_w, self.interp)
 
 
 class RandomResize(ImageAugmentor):
@@ -146,6 +156,6 @@ class Transpose(ImageAugmentor):
         self.prob = prob
 
     def get_transform(self, img: np.ndarray) -> BaseTransform:
-        if self.rng.uniform() < self.prob:
+        if self._uniform() < self.prob:
             return TransposeTransform()
         return NoOpTransform()

@@ -4,7 +4,7 @@ A :class:`Transform` holds fully sampled parameters and applies them to every ta
 way: ``apply_image(img)``, ``apply_coords(coords)`` (float ``Nx2`` of ``(x, y)``),
 ``apply_boxes(boxes)`` (float ``Nx4`` XYXY, see :mod:`dataflow.imgaug.boxes`) and
 ``apply_mask(mask)`` (nearest-neighbour, any dtype). Applying the same transform twice gives the
-same result. Transforms never modify their inputs; crops and flips may return views of them.
+same result. Transforms never modify their inputs; crops return views of them.
 
 Coordinates are continuous: the centre of pixel ``(i, j)`` is ``(j + 0.5, i + 0.5)``, so a
 horizontal flip maps ``x -> w - x`` (as in tensorpack). Unlike tensorpack,
@@ -130,7 +130,8 @@ class ResizeTransform(Transform):
     """Resize an ``(h, w)`` image to ``(new_h, new_w)``."""
 
     def __init__(self, h: int, w: int, new_h: int, new_w: int, interp: int) -> None:
-        self.h, self.w, self.new_h, self.new_w, self.interp = h, w, new_h, new_w, interp
+        self.h, self.w, self.new_h, self.new_w = int(h), int(w), int(new_h), int(new_w)
+        self.interp = interp
 
     def _check(self, img: np.ndarray) -> None:
         if img.shape[0] != self.h or img.shape[1] != self.w:
@@ -140,7 +141,8 @@ class ResizeTransform(Transform):
             )
 
     def apply_image(self, img: np.ndarray) -> np.ndarray:
-        self._check(img)
+        if img.shape[0] != self.h or img.shape[1] != self.w:
+            self._check(img)
         return fn.resize(img, self.new_h, self.new_w, self.interp)
 
     def apply_mask(self, mask: np.ndarray) -> np.ndarray:
@@ -176,7 +178,7 @@ class CropTransform(Transform):
 
 
 class FlipTransform(Transform):
-    """Mirror horizontally (``x -> w - x``) or vertically (``y -> h - y``); returns a view."""
+    """Mirror horizontally (``x -> w - x``) or vertically (``y -> h - y``)."""
 
     def __init__(self, h: int, w: int, horiz: bool = True) -> None:
         self.h, self.w, self.horiz = h, w, horiz
