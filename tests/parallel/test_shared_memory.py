@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import pytest
 from dataflow.parallel import shared_memory
 from dataflow.parallel.shared_memory import (
     SHM_DIR,
+    Ring,
     SharedMemoryWriter,
     cleanup_segments,
     open_segment,
@@ -57,3 +60,43 @@ def test_falls_back_with_a_warning_when_space_is_short(tmp_path, monkeypatch):
     with pytest.warns(RuntimeWarning, match="shared memory unavailable"):
         assert w.write(memoryview(b"abc")) is None
     assert w.write(memoryview(b"abc")) is None  # warns once
+
+
+def test_ring_round_trip_wraps_around_and_releases():
+    ring = Ring(1024)
+    try:
+        assert ring.max_item == 256
+        seen = []
+        for i in range(40):  # many times around the ring
+            data = bytes([i]) * (100 + i)
+            slot = ring.write(memoryview(data))
+            assert slot is not None
+            off, n, head = slot
+            assert n == len(data)
+            assert off % Ring.ALIGN == 0
+            assert off + n <= 1024
+            out = ring.read(off, n, head)
+            assert isinstance(out, bytearray)
+            seen.append(bytes(out) == data)
+        assert all(seen)
+        assert ring.write(memoryview(b"x" * 257)) is None  # too large: sent another way
+    finally:
+        ring.close()
+
+
+def test_ring_writer_waits_for_space():
+    ring = Ring(1024)
+    try:
+        slots = [ring.write(memoryview(bytes([k]) * 200)) for k in range(4)]  # 4 x 256 bytes
+        assert [s[0] for s in slots] == [0, 256, 512, 768]
+        done = []
+        t = threading.Thread(target=lambda: done.append(ring.write(memoryview(b"z" * 200))))
+        t.start()
+        time.sleep(0.1)
+        assert done == []  # full: the writer waits
+        assert bytes(ring.read(*slots[0])) == b"\x00" * 200
+        t.join(5)
+        assert done[0][0] == 0  # it reused the released space
+        assert bytes(ring.read(*slots[1])) == b"\x01" * 200  # earlier data untouched
+    finally:
+        ring.close()

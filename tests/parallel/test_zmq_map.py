@@ -61,7 +61,10 @@ def test_worker_killed_mid_map_surfaces_with_index():
         with pytest.raises(WorkerError, match="was killed by signal SIGKILL") as ei:
             list(m)
         assert time.monotonic() - start < 5
-    assert ei.value.index == 3
+    # the first input it had not answered: 3, or an earlier one whose answer was still in its
+    # ZeroMQ queue when it was killed
+    assert ei.value.index in (0, 1, 2, 3)
+    assert f"input index {ei.value.index})" in str(ei.value)
     assert ei.value.exc_type == "WorkerDied"
 
 

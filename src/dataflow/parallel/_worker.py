@@ -275,8 +275,13 @@ class MapScheduler:
 
     def _fill(self) -> None:
         source = self._source
-        while not self._source_done and self._in_flight() < self.buffer_size:
-            room = min(self.chunk_size, self.buffer_size - self._in_flight())
+        chunk_size = self.chunk_size
+        while not self._source_done:
+            room = self.buffer_size - self._in_flight()
+            # wait for room for a whole chunk, unless the workers are about to run dry
+            if room <= 0 or (room < chunk_size and len(self._outstanding) >= chunk_size):
+                return
+            room = min(chunk_size, room)
             chunk = []
             for pos, dp in itertools.islice(source, room):  # type: ignore[arg-type]
                 idx = self._next_index

@@ -119,7 +119,7 @@ class ProcessPool:
                 continue
             p = self.procs[i]
             lost = list(self.assigned.get(i, ()))
-            what = f" while mapping input index {lost[0]}" if lost else ""
+            what = f" with {len(lost)} input(s) in flight" if lost else ""
             raise WorkerError(
                 "WorkerDied",
                 f"worker process {i} (pid {p.pid}) {_describe_exit(p.exitcode)}{what}. "

@@ -18,10 +18,22 @@ from typing import Any
 from dataflow.base import DataFlow
 from dataflow.parallel import _lifecycle
 from dataflow.parallel._base import MapperBase, check_positive_int
-from dataflow.parallel._transport import Endpoint, FrameCodec, import_zmq
+from dataflow.parallel._transport import (
+    PLAIN_DECODER,
+    Endpoint,
+    FrameCodec,
+    FrameDecoder,
+    import_zmq,
+)
 from dataflow.parallel._worker import DATA, READY, MapScheduler, map_loop
 from dataflow.parallel.process import ProcessPool
-from dataflow.parallel.shared_memory import SharedMemoryWriter, cleanup_segments, shm_available
+from dataflow.parallel.shared_memory import (
+    Ring,
+    SharedMemoryWriter,
+    cleanup_segments,
+    shm_available,
+)
+from dataflow.parallel.zmq_runner import make_rings
 
 __all__ = [
     "MultiProcessMapAndBatchData",
@@ -61,6 +73,7 @@ def _zmq_map_main(
     shm_prefix: str | None,
     stage: str,
     batch_size: int | None,
+    ring: Ring | None,
 ) -> None:
     _lifecycle.worker_bootstrap(worker_id, parent, seed_globals=True)
     zmq = import_zmq()
@@ -71,13 +84,14 @@ def _zmq_map_main(
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.setsockopt(zmq.RECONNECT_IVL, 10)
     sock.connect(address)
-    codec = FrameCodec(SharedMemoryWriter(shm_prefix, worker_id) if shm_prefix else None)
+    shm = SharedMemoryWriter(shm_prefix, worker_id) if shm_prefix else None
+    codec = FrameCodec(shm, ring=ring, worker_id=worker_id)
 
     def emit(msg: tuple) -> None:
         sock.send_multipart(codec.encode(msg), copy=False)
 
     def receive() -> list | None:
-        return FrameCodec.decode(sock.recv_multipart(copy=False))
+        return PLAIN_DECODER.decode(sock.recv_multipart(copy=False))
 
     emit((READY, worker_id, None))
     finish = _Batcher(batch_size) if batch_size else None
@@ -91,7 +105,7 @@ def _zmq_map_main(
 class _ZmqMapTransport:
     """Consumer side: ROUTER socket, readiness tracking, least-loaded dispatch."""
 
-    def __init__(self, num_proc: int, shm_prefix: str | None) -> None:
+    def __init__(self, num_proc: int, shm_prefix: str | None, rings: list[Ring] | None) -> None:
         self.zmq = zmq = import_zmq()
         self.endpoint = Endpoint("map")
         self.ctx = zmq.Context()
@@ -102,6 +116,7 @@ class _ZmqMapTransport:
         self.sock.setsockopt(zmq.LINGER, 0)
         self.endpoint.bind(self.sock)
         self.codec = FrameCodec(SharedMemoryWriter(shm_prefix, "p") if shm_prefix else None)  # type: ignore[arg-type]
+        self.decoder = FrameDecoder(rings)
         self.load = [0] * num_proc
         self.ready: set[int] = set()
         self.pool: ProcessPool | None = None
@@ -114,10 +129,15 @@ class _ZmqMapTransport:
         self._recv = pool.receiver(self._raw)
 
     def _raw(self, timeout: float) -> tuple | None:
-        sock = self.sock
-        while sock.poll(int(timeout * 1000)):
-            frames = sock.recv_multipart(copy=False)
-            msg = FrameCodec.decode(frames[1:])
+        sock, zmq = self.sock, self.zmq
+        while True:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                if not sock.poll(int(timeout * 1000)):
+                    return None
+                continue
+            msg = self.decoder.decode(frames[1:])
             kind, wid = msg[0], msg[1]
             if kind == READY:
                 self.ready.add(wid)
@@ -129,7 +149,6 @@ class _ZmqMapTransport:
                     assigned.pop(idx, None)
                 self.load[wid] -= len(msg[2])
             return msg
-        return None
 
     def submit(self, chunk: list) -> None:
         while True:
@@ -159,6 +178,7 @@ class _ZmqMapTransport:
         self.sock.close(linger=0)
         self.ctx.term()
         self.endpoint.cleanup()
+        self.decoder.close()
 
 
 class _ZmqMapperBase(MapperBase):
@@ -176,14 +196,15 @@ class _ZmqMapperBase(MapperBase):
 
     def _start(self) -> None:
         self._shm_prefix = f"dataflow-{uuid.uuid4().hex[:16]}" if self.use_shm else None
-        self._transport = transport = _ZmqMapTransport(self.num_proc, self._shm_prefix)
+        rings = make_rings(self.use_shm, self.start_method, self.num_proc)
+        self._transport = transport = _ZmqMapTransport(self.num_proc, self._shm_prefix, rings)
         parent = _lifecycle.parent_info()
         stage = type(self).__name__
         self._pool = ProcessPool(
             _zmq_map_main,
             [
                 (self.map_func, transport.endpoint.address, i, parent, self._shm_prefix, stage,
-                 self._batch_size)
+                 self._batch_size, rings[i] if rings else None)
                 for i in range(self.num_proc)
             ],
             start_method=self.start_method,

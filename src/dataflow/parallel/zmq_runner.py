@@ -9,15 +9,29 @@ from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated
 from dataflow.parallel import _lifecycle
 from dataflow.parallel._base import RunnerBase, check_positive_int
-from dataflow.parallel._transport import Endpoint, FrameCodec, import_zmq
+from dataflow.parallel._transport import Endpoint, FrameCodec, FrameDecoder, import_zmq
 from dataflow.parallel._worker import runner_loop
 from dataflow.parallel.process import ProcessPool
-from dataflow.parallel.shared_memory import SharedMemoryWriter, cleanup_segments, shm_available
+from dataflow.parallel.shared_memory import (
+    Ring,
+    SharedMemoryWriter,
+    cleanup_segments,
+    shm_available,
+)
 
 __all__ = ["MultiProcessRunnerZMQ", "PrefetchDataZMQ"]
 
 #: milliseconds a finished worker waits for its last message (END / ERROR) to be delivered
 FINAL_LINGER_MS = 10_000
+#: bytes of each worker's shared ring (fork only), for arrays of 32 KiB to 2 MiB
+RING_BYTES = 8 * 1024 * 1024
+
+
+def make_rings(use_shm: bool, start_method: str | None, n: int) -> list[Ring] | None:
+    """One shared ring per worker when workers are forked (they inherit the memory)."""
+    if not use_shm or _lifecycle.get_context(start_method).get_start_method() != "fork":
+        return None
+    return [Ring(RING_BYTES) for _ in range(n)]
 
 
 def zmq_context():
@@ -32,6 +46,7 @@ def _zmq_runner_main(
     parent: tuple[int, bool],
     hwm: int,
     shm_prefix: str | None,
+    ring: Ring | None,
 ) -> None:
     _lifecycle.worker_bootstrap(worker_id, parent)
     zmq, ctx = zmq_context()
@@ -39,7 +54,8 @@ def _zmq_runner_main(
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.RECONNECT_IVL, 10)
     sock.connect(address)
-    codec = FrameCodec(SharedMemoryWriter(shm_prefix, worker_id) if shm_prefix else None)
+    shm = SharedMemoryWriter(shm_prefix, worker_id) if shm_prefix else None
+    codec = FrameCodec(shm, ring=ring, worker_id=worker_id)
 
     def emit(msg: tuple) -> None:
         sock.send_multipart(codec.encode(msg), copy=False)
@@ -60,10 +76,11 @@ class MultiProcessRunnerZMQ(RunnerBase):
     datapoints (or forever if the length is unknown); ``len()`` is ``len(ds)``.
 
     Transport: workers PUSH to a PULL socket bound to a private IPC endpoint. Datapoints are
-    pickled with protocol 5; array memory travels as separate frames without extra copies,
-    and arrays of at least 4 MiB through shared memory (``use_shm``). Each worker gets a
-    distinct, reproducible seed: it calls ``dataflow.rng.set_worker_info(worker_id)`` and then
-    ``ds.reset_state()``.
+    pickled with protocol 5, array memory out of band: arrays of 32 KiB to 2 MiB through a
+    shared-memory ring per worker (forked workers), larger ones through their own
+    shared-memory segment (``use_shm``), else as ZeroMQ frames sent without copies. Each
+    worker gets a distinct, reproducible seed: it calls
+    ``dataflow.rng.set_worker_info(worker_id)`` and then ``ds.reset_state()``.
 
     Unlike tensorpack: worker exceptions surface as :class:`~dataflow.errors.WorkerError`
     (chained from the original), a killed worker is reported within seconds, ``reset_state()``
@@ -75,7 +92,7 @@ class MultiProcessRunnerZMQ(RunnerBase):
         hwm: ZeroMQ high-water mark (messages) of each worker and of the consumer.
         start_method: ``None`` (fork on Linux, else spawn), ``'fork'``, ``'forkserver'`` or
             ``'spawn'`` (then ``ds`` must be picklable).
-        use_shm: send arrays of 4 MiB or more through ``/dev/shm`` (Linux).
+        use_shm: use shared memory for arrays (Linux); ``False``: ZeroMQ frames only.
     """
 
     def __init__(
@@ -98,6 +115,7 @@ class MultiProcessRunnerZMQ(RunnerBase):
         self._sock: Any = None
         self._endpoint: Endpoint | None = None
         self._shm_prefix: str | None = None
+        self._decoder: FrameDecoder | None = None
 
     def _start(self) -> None:
         zmq = import_zmq()
@@ -106,10 +124,13 @@ class MultiProcessRunnerZMQ(RunnerBase):
         if endpoint.needs_early_bind:
             self._bind()
         parent = _lifecycle.parent_info()
+        rings = make_rings(self.use_shm, self.start_method, self.num_proc)
+        self._decoder = FrameDecoder(rings)
         self._pool = ProcessPool(
             _zmq_runner_main,
             [
-                (self.ds, endpoint.address, i, parent, self.hwm, self._shm_prefix)
+                (self.ds, endpoint.address, i, parent, self.hwm, self._shm_prefix,
+                 rings[i] if rings else None)
                 for i in range(self.num_proc)
             ],
             start_method=self.start_method,
@@ -120,15 +141,18 @@ class MultiProcessRunnerZMQ(RunnerBase):
         if self._sock is None:  # ZeroMQ's I/O threads running
             self._bind()
         sock = self._sock
-        decode = FrameCodec.decode
+        decode = self._decoder.decode
         name = type(self).__name__  # (the closure must not refer to self: no cycle, so that
         # garbage collection runs __del__ -> close() before the sockets are finalized)
 
         def raw(timeout: float) -> tuple | None:
             try:
-                if not sock.poll(int(timeout * 1000)):
-                    return None
-                return decode(sock.recv_multipart(copy=False))
+                while True:
+                    try:
+                        return decode(sock.recv_multipart(zmq.NOBLOCK, copy=False))
+                    except zmq.Again:
+                        if not sock.poll(int(timeout * 1000)):
+                            return None
             except zmq.ContextTerminated as e:
                 raise DataFlowTerminated(f"{name} was closed") from e
 
@@ -159,6 +183,9 @@ class MultiProcessRunnerZMQ(RunnerBase):
         if self._shm_prefix is not None:
             cleanup_segments(self._shm_prefix)
             self._shm_prefix = None
+        if self._decoder is not None:
+            self._decoder.close()
+            self._decoder = None
 
 
 PrefetchDataZMQ = MultiProcessRunnerZMQ
