@@ -42,6 +42,7 @@ from dataflow.imgaug.paste import (
     ConstantBackgroundFiller,
     RandomPaste,
 )
+from dataflow.imgaug.preview import preview
 from dataflow.imgaug.transform import (
     CropTransform,
     CutoutTransform,
@@ -56,6 +57,7 @@ from dataflow.imgaug.transform import (
     TransposeTransform,
     WarpAffineTransform,
 )
+from dataflow.imgaug.viz import dump_dataflow_images, stack_patches
 
 __all__ = [
     "Affine",
@@ -118,4 +120,7 @@ __all__ = [
     "Transpose",
     "TransposeTransform",
     "WarpAffineTransform",
+    "dump_dataflow_images",
+    "preview",
+    "stack_patches",
 ]
