@@ -206,3 +206,23 @@ def test_import_dataflow_does_not_import_cv2():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
+
+
+def test_copy_never_hands_out_the_source_image():
+    img = np.arange(16, dtype=np.uint8).reshape(4, 4)
+    for augs in ([imgaug.Identity()], [imgaug.CenterCrop(2)], [imgaug.Flip(horiz=True, prob=0)]):
+        df = AugmentImageComponent(_ds([[img]]), augs)
+        df.reset_state()
+        out = next(iter(df))[0]
+        assert not np.may_share_memory(out, img)
+        df = AugmentImageComponent(_ds([[img]]), augs, copy=False)
+        df.reset_state()
+        assert np.may_share_memory(next(iter(df))[0], img)
+    mask = img.copy()
+    df = AugmentImageComponents(_ds([[img, mask]]), [imgaug.CenterCrop(2)], index=(0, 1))
+    df.reset_state()
+    a, b = next(iter(df))
+    assert not np.may_share_memory(a, img) and not np.may_share_memory(b, mask)
+    df = AugmentImageCoordinates(_ds([[img, np.zeros((1, 2))]]), [imgaug.Identity()])
+    df.reset_state()
+    assert not np.may_share_memory(next(iter(df))[0], img)

@@ -11,8 +11,9 @@ Differences from tensorpack, on purpose:
   no-op);
 * ``ImageFromFile(shuffle=True)`` shuffles its own copy of ``files`` with a per-epoch derived
   stream instead of the caller's list;
-* ``copy=True`` skips the copy when every augmentor is a built-in one (they never write into
-  their input); user-defined augmentors still get a private copy.
+* ``copy=True`` skips the up-front copy when every augmentor is a built-in one (they never
+  write into their input) and copies only a result that would share memory with the input
+  (a crop view, an unflipped image); user-defined augmentors still get a private copy first.
 """
 
 from __future__ import annotations
@@ -177,7 +178,9 @@ class _AugmentBase:
                 f"`augmentors` must be a list of augmentors or an AugmentorList, got "
                 f"{type(augmentors).__name__}."
             )
-        self._copy = bool(copy) and not _builtin(self.augs)
+        builtin = _builtin(self.augs)
+        self._copy = bool(copy) and not builtin  # copy before: the augmentors may write into it
+        self._unalias = bool(copy) and builtin  # copy after, only if the result aliases it
         self.copy = copy
         self._handler = _ExceptionHandler(catch_exceptions)
         self.catch_exceptions = catch_exceptions
@@ -187,6 +190,12 @@ class _AugmentBase:
 
         check_image(img, f"dp[{where!r}]")
         return copy_mod.deepcopy(img) if self._copy else img
+
+    def _result(self, out: np.ndarray, src: np.ndarray) -> np.ndarray:
+        """With ``copy``, never hand out (a view of) the source image."""
+        if self._unalias and np.may_share_memory(out, src):
+            return out.copy()
+        return out
 
     @staticmethod
     def _coords(coords: Any, where: Any) -> np.ndarray:
@@ -223,7 +232,7 @@ class AugmentImageComponent(_AugmentBase, MapDataComponent):
         MapDataComponent.__init__(self, ds, self._mapper, index)
 
     def _augment(self, img: Any) -> np.ndarray:
-        return self.augs.augment(self._image(img, self.index))
+        return self._result(self.augs.augment(self._image(img, self.index)), img)
 
     def _mapper(self, img: Any) -> Any:
         return self._handler.run(self._augment, img)
@@ -251,7 +260,7 @@ class AugmentImageCoordinates(_AugmentBase, MapData):
         img = self._image(dp[self.img_index], self.img_index)
         coords = self._coords(dp[self.coords_index], self.coords_index)
         tfm = self.augs.get_transform(img)
-        dp[self.img_index] = tfm.apply_image(img)
+        dp[self.img_index] = self._result(tfm.apply_image(img), img)
         dp[self.coords_index] = tfm.apply_coords(coords)
         return dp
 
@@ -282,9 +291,10 @@ class AugmentImageComponents(_AugmentBase, MapData):
         dp = _mutable(dp)
         major = self._image(dp[self.index[0]], self.index[0])
         tfm = self.augs.get_transform(major)
-        dp[self.index[0]] = tfm.apply_image(major)
+        dp[self.index[0]] = self._result(tfm.apply_image(major), major)
         for idx in self.index[1:]:
-            dp[idx] = tfm.apply_image(self._image(dp[idx], idx))
+            src = self._image(dp[idx], idx)
+            dp[idx] = self._result(tfm.apply_image(src), src)
         for idx in self.coords_index:
             dp[idx] = tfm.apply_coords(self._coords(dp[idx], idx))
         return dp

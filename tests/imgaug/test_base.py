@@ -249,3 +249,27 @@ def test_repr_falls_back_when_attributes_do_not_match():
             self.y = x
 
     assert repr(Odd(1)).startswith("<")
+
+
+def test_photometric_subclass_hooks_win_over_builtin_fast_paths():
+    class Double(imgaug.Brightness):
+        def _augment(self, img, v):
+            return img * 2
+
+    img = np.ones((2, 2), np.float32)
+    np.testing.assert_array_equal(Double(5).augment(img), img * 2)
+    np.testing.assert_array_equal(Double(5).get_transform(img).apply_image(img), img * 2)
+    np.testing.assert_array_equal(imgaug.AugmentorList([Double(5)]).augment(img), img * 2)
+
+
+def test_import_without_cv2_names_the_extra():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['cv2'] = None\n"
+        "try:\n    import dataflow.imgaug\nexcept ImportError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert "pip install 'dataflow-reloaded[imgaug]'" in out.stdout

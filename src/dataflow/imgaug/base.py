@@ -32,6 +32,7 @@ import numpy as np
 
 from dataflow import rng as _rng
 from dataflow.imgaug import functional as fn
+from dataflow.imgaug._repr import _default_repr
 from dataflow.imgaug.transform import (
     BaseTransform,
     LazyTransform,
@@ -39,7 +40,6 @@ from dataflow.imgaug.transform import (
     PhotometricTransform,
     Transform,
     TransformList,
-    _default_repr,
 )
 
 __all__ = ["Augmentor", "AugmentorList", "ImageAugmentor", "PhotometricAugmentor"]
@@ -323,6 +323,15 @@ class PhotometricAugmentor(ImageAugmentor):
 
     def _augment_image(self, img: np.ndarray) -> np.ndarray:
         return self._augment(img, self._get_augment_params(img))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # a subclass that redefines the hooks of a built-in with a fast path gets the generic
+        # paths back, so that its hooks are the ones used
+        own = cls.__dict__
+        if ("_augment" in own or "_get_augment_params" in own) and "get_transform" not in own:
+            cls.get_transform = PhotometricAugmentor.get_transform  # type: ignore[method-assign]
+            cls._augment_image = PhotometricAugmentor._augment_image  # type: ignore[method-assign]
 
 
 def _as_augmentor_list(augmentors: Iterable[ImageAugmentor] | AugmentorList) -> AugmentorList:
