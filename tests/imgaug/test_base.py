@@ -273,3 +273,28 @@ def test_import_without_cv2_names_the_extra():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert "pip install 'dataflow-reloaded[imgaug]'" in out.stdout
+
+
+_RUN = """
+import numpy as np
+from dataflow import imgaug
+from dataflow.rng import set_seed
+set_seed(123)
+augs = imgaug.AugmentorList([imgaug.RandomCrop(8), imgaug.Flip(horiz=True), imgaug.Rotation(30),
+                             imgaug.Brightness(20), imgaug.GaussianNoise(3)])
+img = np.arange(12 * 14 * 3, dtype=np.uint8).reshape(12, 14, 3)
+out = [augs.augment(img) for _ in range(5)]
+print(sum(int(o.astype(np.int64).sum()) * (k + 1) for k, o in enumerate(out)))
+"""
+
+
+def test_same_seed_same_transforms_in_separate_runs():
+    import subprocess
+    import sys
+
+    runs = [
+        subprocess.run([sys.executable, "-c", _RUN], capture_output=True, text=True, check=True)
+        .stdout.strip()
+        for _ in range(2)
+    ]
+    assert runs[0] == runs[1] and runs[0].isdigit()

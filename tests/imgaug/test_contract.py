@@ -68,13 +68,17 @@ TO_FLOAT = {
 def _images():
     r = np.random.RandomState(0)
     color = r.randint(0, 256, (12, 15, 3)).astype(np.uint8)
-    return {
+    images = {
         "uint8-rgb": color,
         "float32-rgb": color.astype(np.float32),
         "float64-rgb": color.astype(np.float64) / 255.0,
         "uint8-gray2d": color[:, :, 0].copy(),
         "float32-gray1": color[:, :, :1].astype(np.float32),
+        "uint8-rgb-mirrored-view": np.pad(color, 2)[2:-2, ::-1, 2:-2],  # negative strides
     }
+    for img in images.values():
+        img.flags.writeable = False  # an in-place write anywhere raises
+    return images
 
 
 IMAGES = _images()
@@ -92,7 +96,9 @@ def test_augmentor_contract(name, img_name):
         assert out.shape[2:] == img.shape[2:]
 
 
-@pytest.mark.parametrize("img_name", ["uint8-rgb", "float32-rgb", "float64-rgb"])
+@pytest.mark.parametrize(
+    "img_name", ["uint8-rgb", "float32-rgb", "float64-rgb", "uint8-rgb-mirrored-view"]
+)
 @pytest.mark.parametrize("name", sorted(COLOR_ONLY))
 def test_color_augmentor_contract(name, img_name):
     set_seed(2)

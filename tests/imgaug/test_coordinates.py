@@ -12,7 +12,7 @@ from dataflow import imgaug
 from dataflow.rng import set_seed
 from tests.imgaug.helpers import check_marks
 
-SETTINGS = settings(max_examples=12, deadline=None, derandomize=True)
+SETTINGS = settings(max_examples=30, deadline=None, derandomize=True)
 
 
 @st.composite

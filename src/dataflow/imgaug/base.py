@@ -53,6 +53,8 @@ _deprecation_logged: set[str] = set()
 
 def _mark_all_stale() -> None:
     """At-fork hook (child side): every live augmentor re-derives its rng on first use."""
+    global _live_lock
+    _live_lock = threading.Lock()  # a lock held by another parent thread stays held otherwise
     for aug in list(_live.values()):
         aug.__dict__["_rng"] = None
 
