@@ -121,7 +121,8 @@ class RotationAndCropValid(ImageAugmentor):
     @staticmethod
     def largest_rotated_rect(w: int, h: int, angle_deg: float) -> tuple[int, int]:
         """``(width, height)`` of the largest axis-aligned rectangle inside a ``w x h``
-        rectangle rotated by ``angle_deg`` about its centre (rounded down)."""
+        rectangle rotated by ``angle_deg`` about its centre, rounded down so that the crop
+        holds no border pixel (tensorpack rounds to nearest: sometimes one pixel larger)."""
         if w <= 0 or h <= 0:
             return 0, 0
         a = math.radians(angle_deg)
