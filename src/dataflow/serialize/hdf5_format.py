@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -229,24 +230,33 @@ class _Column:
             self.ds.attrs[_KIND_ATTR] = self.kind
 
 
-def _rows(df: Any, paths: list[str]) -> Iterator[Any]:
+def _check_row(dp: Any, idx: int, paths: list[str]) -> Any:
+    """``dp`` as a list/tuple of ``len(paths)`` components, or a clear error."""
+    if isinstance(dp, dict):
+        try:
+            return [dp[p] for p in paths]
+        except KeyError as e:
+            raise KeyError(
+                f"HDF5Serializer.save: datapoint {idx} is a dict without key {e.args[0]!r}; "
+                f"its keys are {sorted(map(str, dp))}, `data_paths` is {paths}."
+            ) from None
     n = len(paths)
-    for idx, dp in enumerate(df):
-        if isinstance(dp, dict):
-            try:
-                dp = [dp[p] for p in paths]
-            except KeyError as e:
-                raise KeyError(
-                    f"HDF5Serializer.save: datapoint {idx} is a dict without key {e.args[0]!r}; "
-                    f"its keys are {sorted(map(str, dp))}, `data_paths` is {paths}."
-                ) from None
-        elif not isinstance(dp, list | tuple) or len(dp) != n:
-            raise ValueError(
-                f"HDF5Serializer.save: datapoint {idx} is {describe(dp)}, with "
-                f"{len(dp) if isinstance(dp, list | tuple) else 'no'} components, but "
-                f"`data_paths` names {n}: {paths}. Give one data path per component."
-            )
-        yield dp
+    if not isinstance(dp, list | tuple) or len(dp) != n:
+        raise ValueError(
+            f"HDF5Serializer.save: datapoint {idx} is {describe(dp)}, with "
+            f"{len(dp) if isinstance(dp, list | tuple) else 'no'} components, but "
+            f"`data_paths` names {n}: {paths}. Give one data path per component."
+        )
+    return dp
+
+
+def _checked(batch: list[Any], first: int, paths: list[str]) -> list[Any]:
+    """The batch with every datapoint checked; C-speed when all are lists of the right length."""
+    n = len(paths)
+    types = set(map(type, batch))
+    if types <= {list, tuple} and set(map(len, batch)) == {n}:
+        return batch
+    return [_check_row(dp, first + i, paths) for i, dp in enumerate(batch)]
 
 
 def _nbytes(dp: Any) -> int:
@@ -279,7 +289,7 @@ class HDF5Serializer:
             with atomic_target(path) as tmp, open(tmp, "w+b", buffering=0) as raw:
                 guarded = _GuardedFile(raw)
                 with h5py.File(guarded, "w") as f:
-                    _write_rows(f, _rows(df, paths), paths, meter, guarded)
+                    _write_rows(f, df, paths, meter, guarded)
                 guarded.check()
                 os.fsync(raw.fileno())
                 raw.close()
@@ -355,27 +365,24 @@ class _GuardedFile(io.RawIOBase):
 
 
 def _write_rows(
-    f: Any, rows: Iterator[Any], paths: list[str], meter: ProgressMeter, guarded: _GuardedFile
+    f: Any, df: Any, paths: list[str], meter: ProgressMeter, guarded: _GuardedFile
 ) -> None:
     cols = [_Column(f, p, i) for i, p in enumerate(paths)]
-    buf: list[Any] = []
-    limit = 0
+    it = iter(df)
+    batch = list(islice(it, 1))
+    limit = 1
+    if batch:
+        limit = max(1, min(4096, _BATCH_BYTES // max(1, _nbytes(_check_row(batch[0], 0, paths)))))
+        batch += islice(it, limit - 1)
     first = 0
-    for dp in rows:
-        buf.append(dp)
-        if not limit:
-            limit = max(1, min(4096, _BATCH_BYTES // max(1, _nbytes(dp))))
-        if len(buf) >= limit:
-            for col, values in zip(cols, zip(*buf)):
-                col.append(values, first)
-            meter.update(len(buf), 0)
-            first += len(buf)
-            buf = []
-            guarded.check()
-    if buf:
-        for col, values in zip(cols, zip(*buf)):
+    while batch:
+        batch = _checked(batch, first, paths)
+        for col, values in zip(cols, zip(*batch)):
             col.append(values, first)
-        meter.update(len(buf), 0)
+        meter.update(len(batch), 0)
+        first += len(batch)
+        guarded.check()
+        batch = list(islice(it, limit))  # whole batches pulled at C speed
     for col in cols:  # an empty flow still gets its (empty) datasets
         if col.ds is None:
             f.create_dataset(col.path, shape=(0,), maxshape=(None,), dtype="f8", chunks=True)
