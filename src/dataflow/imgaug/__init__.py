@@ -5,6 +5,20 @@
 ``apply_boxes`` and ``apply_mask``; apply one transform to an image and its keypoints to keep
 them consistent. The names and constructor signatures are tensorpack's
 (``tensorpack.dataflow.imgaug``). Needs OpenCV: ``pip install 'dataflow-reloaded[imgaug]'``.
+
+Differences from tensorpack, on purpose:
+
+* nothing writes into its input: not the transforms (tensorpack's coordinate transforms and
+  ``SaltPepperNoise``/``RandomCutout`` worked in place), not the kernels; crops return views;
+* uint8 results are rounded, not truncated, before saturation (``ToUint8`` too);
+* random streams are derived from :mod:`dataflow.rng` (seed, augmentor ordinal, worker id),
+  never from time, pid or ``id()``; see :mod:`dataflow.imgaug.base`;
+* affine warps map coordinates in the same continuous frame as flips and resizes (tensorpack
+  was off by up to a pixel or more); paste augmentors support coordinates;
+* random offsets include the last position (``RandomCropRandomShape``), ``RandomPaste`` works
+  without ``reset_state()`` and with a background of the image's size, ``JpegNoise`` keeps gray
+  images gray, ``MinMaxNormalize`` maps a flat image to ``min``, ``Gamma`` keeps float
+  precision, and bad images, coordinates and sizes raise errors that say what to change.
 """
 
 from dataflow.imgaug._cv2 import cv2 as _cv2  # noqa: F401  (fails early, naming the extra)

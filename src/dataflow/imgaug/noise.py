@@ -21,7 +21,8 @@ _SEED_HIGH = 2**31 - 1
 
 class JpegNoise(PhotometricAugmentor):
     """JPEG round trip at quality ``randint(*quality_range)`` (high exclusive). Shape and dtype
-    are kept (tensorpack turned gray images into 3 channels)."""
+    are kept (tensorpack turned gray images into 3 channels); float images are taken to be in
+    [0, 255] and come back rounded to integers."""
 
     def __init__(self, quality_range: tuple[int, int] = (40, 100)) -> None:
         super().__init__()
