@@ -28,6 +28,7 @@ __all__ = [
     "import_optional",
     "reset_and_len",
     "serialize_error",
+    "sync_file",
 ]
 
 _EXTRAS = {"lmdb": "lmdb", "h5py": "hdf5", "tensorflow": "tf", "cv2": "imgaug"}
@@ -72,6 +73,12 @@ def check_overwrite(target: str, overwrite: bool, what: str) -> None:
         )
     if os.path.isdir(target):
         raise IsADirectoryError(f"{what}: {target!r} is a directory; give a file path instead.")
+
+
+def sync_file(fileno: int) -> None:
+    """Flush a file's data to disk before it is renamed into place (``fdatasync`` where the
+    platform has it: the data and the size, without other metadata)."""
+    getattr(os, "fdatasync", os.fsync)(fileno)
 
 
 def _fsync_dir(directory: str) -> None:

@@ -34,6 +34,7 @@ from dataflow.serialize._atomic import (
     describe,
     import_optional,
     reset_and_len,
+    sync_file,
 )
 
 __all__ = ["HDF5Data", "HDF5Serializer"]
@@ -291,7 +292,7 @@ class HDF5Serializer:
                 with h5py.File(guarded, "w") as f:
                     _write_rows(f, df, paths, meter, guarded)
                 guarded.check()
-                os.fsync(raw.fileno())
+                sync_file(raw.fileno())
                 raw.close()
                 if os.path.lexists(path) and not overwrite:
                     check_overwrite(path, overwrite, "HDF5Serializer.save")

@@ -36,6 +36,7 @@ from dataflow.serialize._atomic import (
     check_overwrite,
     reset_and_len,
     serialize_error,
+    sync_file,
 )
 from dataflow.serialize.codec import dump_pickle, dumps, load_pickle
 
@@ -153,7 +154,7 @@ class NumpySerializer:
                     _raise_unserializable(dps, e)
                     raise
                 f.flush()
-                os.fsync(f.fileno())
+                sync_file(f.fileno())
                 f.close()
                 if os.path.lexists(path) and not overwrite:
                     check_overwrite(path, overwrite, "NumpySerializer.save")

@@ -39,6 +39,7 @@ from dataflow.serialize._atomic import (
     import_optional,
     reset_and_len,
     serialize_error,
+    sync_file,
 )
 from dataflow.serialize._crc32c import masked_crc32c_many
 from dataflow.serialize.codec import get_dumps, get_loads, sniff_codec
@@ -364,7 +365,7 @@ class TFRecordSerializer:
                     f.write(frame_records(batch))
                     meter.update(len(batch), nbytes)
                 f.flush()
-                os.fsync(f.fileno())
+                sync_file(f.fileno())
                 f.close()  # before the rename
                 if os.path.lexists(path) and not overwrite:
                     check_overwrite(path, overwrite, "TFRecordSerializer.save")
