@@ -226,3 +226,22 @@ def test_copy_never_hands_out_the_source_image():
     df = AugmentImageCoordinates(_ds([[img, np.zeros((1, 2))]]), [imgaug.Identity()])
     df.reset_state()
     assert not np.may_share_memory(next(iter(df))[0], img)
+
+
+def test_copy_is_made_first_for_user_augmentors_inside_meta_augmentors():
+    class Zero(imgaug.ImageAugmentor):
+        def get_transform(self, img):
+            return imgaug.TransformFactory(apply_image=self._zero)
+
+        @staticmethod
+        def _zero(x):
+            x[...] = 0
+            return x
+
+    img = np.ones((3, 3), np.uint8)
+    for augs in (imgaug.AugmentorList([imgaug.RandomApplyAug(Zero(), 1.0)]),
+                 [imgaug.RandomChooseAug([Zero()])], [imgaug.RandomOrderAug([Zero()])]):
+        df = AugmentImageComponent(_ds([[img]]), augs)
+        df.reset_state()
+        assert next(iter(df))[0].sum() == 0
+        assert img.sum() == 9

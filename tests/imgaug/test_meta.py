@@ -75,3 +75,29 @@ def test_map_image():
         imgaug.MapImage(np.fliplr).get_transform(IMG).apply_coords(np.zeros((1, 2)))
     with pytest.raises(TypeError, match="callables"):
         imgaug.MapImage(3)
+
+
+def test_reset_state_cascades_in_choose_and_order():
+    for make in (
+        lambda: imgaug.RandomChooseAug([imgaug.RandomCrop(2), imgaug.RandomCrop(3)]),
+        lambda: imgaug.RandomOrderAug([imgaug.RandomCrop(2), imgaug.Brightness(5)]),
+        lambda: imgaug.AugmentorList([imgaug.AugmentorList([imgaug.RandomCrop(3)]),
+                                      imgaug.RandomCrop(2)]),
+    ):
+        set_seed(3)
+        aug = make()
+        first = [aug.augment(IMG) for _ in range(6)]
+        aug.reset_state()
+        for a, b in zip(first, [aug.augment(IMG) for _ in range(6)]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_nested_augmentor_lists():
+    set_seed(0)
+    inner = imgaug.AugmentorList([imgaug.Flip(horiz=True, prob=1.0), imgaug.CenterCrop(3)])
+    outer = imgaug.AugmentorList([inner, imgaug.Resize(6)])
+    out = outer.augment(IMG)
+    assert out.shape == (6, 6)
+    tfm = outer.get_transform(IMG)
+    np.testing.assert_array_equal(tfm.apply_image(IMG), out)
+    assert len(outer) == 2 and list(outer) == [inner, outer.augmentors[1]]

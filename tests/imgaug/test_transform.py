@@ -193,3 +193,12 @@ def test_coords_are_validated_with_clear_errors():
     with pytest.raises(TypeError, match="got list"):
         t.apply_coords([[1.0, 2.0]])
     assert t.apply_coords(np.zeros((0, 2), np.float32)).shape == (0, 2)
+
+
+def test_bool_masks_keep_their_dtype():
+    mask = np.array([[True, False], [False, True]])
+    out = ResizeTransform(2, 2, 4, 4, cv2.INTER_LINEAR).apply_mask(mask)
+    assert out.dtype == np.bool_ and out.sum() == 8
+    out = WarpAffineTransform(np.array([[1.0, 0, 1], [0, 1, 0]]), (2, 2)).apply_mask(mask)
+    assert out.dtype == np.bool_ and out.tolist() == [[False, True], [False, False]]
+    assert PhotometricTransform(np.negative).apply_boxes(np.zeros((1, 4))).shape == (1, 4)
