@@ -194,7 +194,3 @@ def preview_main(argv: Sequence[str] | None = None) -> int:
     preview(img, augs, n=args.num, coords=coords, path=args.output)
     print(f"wrote {args.output}")
     return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(preview_main())
