@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflow import imgaug
 from dataflow.rng import set_seed
@@ -157,3 +159,20 @@ def test_subclass_overriding_get_transform_is_used_by_augment():
         np.testing.assert_array_equal(Always(horiz=True).augment(img), img[:, ::-1])
         np.testing.assert_array_equal(imgaug.AugmentorList([Always(horiz=True)]).augment(img),
                                       img[:, ::-1])
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(
+    name=st.sampled_from(sorted(_all_augmentors())),
+    h=st.integers(8, 16),
+    w=st.integers(10, 20),
+    channels=st.sampled_from([None, 1, 3]),
+    dtype=st.sampled_from([np.uint8, np.float32, np.float64]),
+    seed=st.integers(0, 1000),
+)
+def test_contract_on_random_images(name, h, w, channels, dtype, seed):
+    shape = (h, w) if channels is None else (h, w, channels)
+    img = (np.random.RandomState(seed).rand(*shape) * 255).astype(dtype)
+    img.flags.writeable = False
+    set_seed(seed)
+    check_augmentor(_all_augmentors()[name], img, COORDS)
