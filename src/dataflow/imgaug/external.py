@@ -80,11 +80,13 @@ class Albumentations(ImageAugmentor):
         self.augmentor = augmentor
 
     def get_transform(self, img: np.ndarray) -> BaseTransform:
-        params = dict(self.augmentor.get_params())
-        dependent = getattr(self.augmentor, "get_params_dependent_on_data", None)
+        aug, data = self.augmentor, {"image": img}
+        params = dict(aug.get_params())
+        params.setdefault("shape", img.shape)  # albumentations >= 1.4 passes it to apply()
+        update = getattr(aug, "update_transform_params", None)  # albumentations >= 2
+        if update is not None:
+            params = dict(update(params, data))
+        dependent = getattr(aug, "get_params_dependent_on_data", None)  # >= 1.4.12
         if dependent is not None:
-            try:
-                params.update(dependent(params=params, data={"image": img}))
-            except TypeError:  # older albumentations: (params) only
-                params.update(dependent(params))
-        return AlbumentationsTransform(self.augmentor, params)
+            params.update(dependent(params=params, data=data))
+        return AlbumentationsTransform(aug, params)
