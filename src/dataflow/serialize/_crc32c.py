@@ -128,11 +128,11 @@ def crc32c_many(bufs: Sequence[bytes | memoryview]) -> np.ndarray:
     for i, nb in zip(big, nblk.tolist()):
         parts.append(zeros[: nb * block - lens[i]])
         parts.append(bufs[i])
-    raw = np.frombuffer(b"".join(parts), dtype=np.uint8).copy()
+    raw = np.frombuffer(bytearray().join(parts), dtype=np.uint8)  # one (writable) copy
     ends = np.cumsum(nblk) * block
     starts = ends - np.array([lens[i] for i in big], dtype=np.int64)
     raw[(starts[:, None] + np.arange(4)).ravel()] ^= np.uint8(0xFF)  # fold in init 0xFFFFFFFF
-    words = np.ascontiguousarray(raw.view("<u4").reshape(total_blocks, block // 4).T)
+    words = raw.view("<u4").reshape(total_blocks, block // 4).T  # row j: word j of each block
     ta, tb = _word_tables()
     crc = np.zeros(total_blocks, dtype=_U32)
     x = np.empty_like(crc)
