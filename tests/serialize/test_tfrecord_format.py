@@ -103,6 +103,12 @@ def test_corrupt_data_byte_names_the_record(tmp_path):
     assert [dp[1] for dp in unchecked][4] == "qayload-4"
 
 
+def test_foreign_file_with_a_plausible_first_length_is_refused_at_construction(tmp_path):
+    (tmp_path / "x.bin").write_bytes(b"\x10" + bytes(40))  # length 16, then zeros
+    with pytest.raises(CorruptFileError, match=r"record 0 .*bad length checksum .*not a TFRec"):
+        TFRecordSerializer.load(tmp_path / "x.bin", reader="builtin")
+
+
 def test_foreign_and_missing_files(tmp_path):
     (tmp_path / "x.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4)
     with pytest.raises(CorruptFileError, match=r"record 0 .*not a TFRecord file"):

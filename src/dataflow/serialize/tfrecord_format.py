@@ -144,9 +144,9 @@ class _Scanner:
                     self._check_header(i, off)
                     raise self._bad_header(i, off, f"is cut short (needs {n} bytes of data)")
                 offsets.append(off)
+                hdrs.append(buf[off : off + 8])  # length checksums are always checked
+                hcrc.append(hc)
                 if self.verify:
-                    hdrs.append(buf[off : off + 8])
-                    hcrc.append(hc)
                     dcrc.append(unfoot(buf, end - 4)[0])
                 recs.append(buf[off + 12 : end - 4] if keep else None)
                 nbytes += n
@@ -156,7 +156,7 @@ class _Scanner:
             if not recs:
                 raise
             self.pending = e
-        if self.verify and recs:
+        if recs:
             bad, err = self._verify(hdrs, hcrc, recs, dcrc, offsets)
             if err is not None:
                 if not bad:
@@ -178,6 +178,8 @@ class _Scanner:
         if bad.size:
             j = int(bad[0])
             return j, self._bad_header(self.index + j, offsets[j], "has a bad length checksum")
+        if not self.verify:
+            return 0, None
         bad = np.flatnonzero(masked_crc32c_many(recs) != np.array(dcrc, dtype=np.uint32))
         if bad.size:
             j = int(bad[0])
@@ -204,9 +206,10 @@ class TFRecordData(DataFlow):
     Args:
         path: the TFRecord file.
         size: the number of records to read per epoch; default: all (counted by a scan of the
-            record headers at construction, which also detects truncation).
+            record headers at construction, which also detects truncation and foreign files).
         reader: ``"builtin"`` / ``"tf"`` / ``"auto"`` (see the module docstring).
-        verify: check the data checksums with the built-in reader (TensorFlow always does).
+        verify: check the data checksums with the built-in reader (TensorFlow always does);
+            the length checksums are always checked.
         decode: ``loads`` each record (codec detected from the first record).
     """
 
