@@ -116,13 +116,20 @@ class ZMQInput(FeedfreeInput):
         self.received = 0
 
     # -- socket ------------------------------------------------------------------------------
+    def open(self) -> ZMQInput:
+        """Binds or connects the socket now (else on first use); returns ``self``."""
+        with self._sock_lock:
+            if self._stop.is_set():
+                raise RuntimeError("ZMQInput was closed; build a new one")
+            self._open()
+        return self
+
     def _open(self) -> Any:
         if self._sock is None:
             zmq = _import_zmq()
             self._ctx = zmq.Context()
             sock = self._ctx.socket(zmq.PULL)
             sock.setsockopt(zmq.RCVHWM, self.hwm)
-            sock.setsockopt(zmq.LINGER, 0)
             if self.bind:
                 sock.bind(self.end_point)
             else:
@@ -163,14 +170,15 @@ class ZMQInput(FeedfreeInput):
         return self._get_feeder(None).signature
 
     def _setup(self, input_signature: Any) -> None:
+        self.open()
         self._get_feeder(input_signature)
 
     def _pull(self) -> list:
-        if self._feeder._epoch == 0:
-            self._feeder.new_epoch()
         comps = self._feeder.next_components()
-        if comps is None:  # pragma: no cover - the stream is endless
-            raise DataFlowTerminated("ZMQInput stream ended")
+        if comps is None:  # not started yet, or the previous message failed to decode
+            self._feeder.new_epoch()
+            comps = self._feeder.next_components()
+        assert comps is not None  # the stream is endless
         return comps
 
     def _get_input_tensors(self) -> Sequence[Any]:
@@ -182,7 +190,12 @@ class ZMQInput(FeedfreeInput):
         return list(out)
 
     def _to_dataset(self):
-        return feeder_dataset(self._feeder)
+        # no read-ahead: a pull blocks until a message arrives, and a pending pull would keep
+        # the dataset iterator from being destroyed after the last element the loop takes
+        tf = import_tf()
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False
+        return feeder_dataset(self._feeder, prefetch=None).with_options(options)
 
     def to_dataset(self, input_signature: Sequence[Any] | None = None):
         """The endless ``tf.data.Dataset`` of received datapoints."""
