@@ -4,7 +4,13 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataflow.serialize._crc32c import _crc_small, crc32c, crc32c_many, masked_crc32c_many
+from dataflow.serialize._crc32c import (
+    _crc_small,
+    crc32c,
+    crc32c_many,
+    masked_crc32c_lengths,
+    masked_crc32c_many,
+)
 
 
 def test_known_vectors():
@@ -37,3 +43,9 @@ def test_many_buffers_of_mixed_sizes_match_the_bytewise_reference():
 @given(st.lists(st.binary(max_size=300), min_size=1, max_size=8))
 def test_property_matches_reference(bufs):
     assert crc32c_many(bufs).tolist() == [_crc_small(b) for b in bufs]
+
+
+def test_length_header_checksums_match_the_generic_path():
+    lengths = [0, 1, 255, 256, 2**32 - 1, 2**32, 2**63 + 5]
+    as_bytes = [n.to_bytes(8, "little") for n in lengths]
+    assert masked_crc32c_lengths(lengths).tolist() == masked_crc32c_many(as_bytes).tolist()

@@ -41,7 +41,7 @@ from dataflow.serialize._atomic import (
     serialize_error,
     sync_file,
 )
-from dataflow.serialize._crc32c import masked_crc32c_many
+from dataflow.serialize._crc32c import masked_crc32c_lengths, masked_crc32c_many
 from dataflow.serialize.codec import get_dumps, get_loads, sniff_codec
 
 __all__ = ["TFRecordData", "TFRecordSerializer"]
@@ -65,7 +65,7 @@ def frame_parts(records: list[bytes]) -> list[bytes]:
     lens = np.array([len(r) for r in records], dtype="<u8")
     len_bytes = lens.tobytes()
     len_views = [len_bytes[8 * i : 8 * i + 8] for i in range(n)]
-    len_crc = masked_crc32c_many(len_views).astype("<u4").tobytes()
+    len_crc = masked_crc32c_lengths(lens).astype("<u4").tobytes()
     data_crc = masked_crc32c_many(records).astype("<u4").tobytes()
     parts: list[bytes] = []
     add = parts.append
@@ -110,8 +110,8 @@ class _Scanner:
         )
 
     def _check_header(self, i: int, off: int) -> None:
-        stored = _HEADER.unpack_from(self.buf, off)[1]
-        if int(masked_crc32c_many([self.buf[off : off + 8]])[0]) != stored:
+        n, stored = _HEADER.unpack_from(self.buf, off)
+        if int(masked_crc32c_lengths([n])[0]) != stored:
             raise self._bad_header(i, off, "has a bad length checksum")
 
     def next_batch(self, limit: int | None, want_data: bool = True) -> list[Any]:
@@ -125,7 +125,7 @@ class _Scanner:
             raise err
         buf, size, off, i = self.buf, self.size, self.off, self.index
         recs: list[Any] = []
-        hdrs: list[bytes] = []
+        hdrs: list[int] = []
         hcrc: list[int] = []
         dcrc: list[int] = []
         offsets: list[int] = []
@@ -144,7 +144,7 @@ class _Scanner:
                     self._check_header(i, off)
                     raise self._bad_header(i, off, f"is cut short (needs {n} bytes of data)")
                 offsets.append(off)
-                hdrs.append(buf[off : off + 8])  # length checksums are always checked
+                hdrs.append(n)  # length checksums are always checked
                 hcrc.append(hc)
                 if self.verify:
                     dcrc.append(unfoot(buf, end - 4)[0])
@@ -174,7 +174,7 @@ class _Scanner:
         self, hdrs: list, hcrc: list, recs: list, dcrc: list, offsets: list
     ) -> tuple[int, CorruptFileError | None]:
         """(index in the batch of the first damaged record, its error) or (0, None)."""
-        bad = np.flatnonzero(masked_crc32c_many(hdrs) != np.array(hcrc, dtype=np.uint32))
+        bad = np.flatnonzero(masked_crc32c_lengths(hdrs) != np.array(hcrc, dtype=np.uint32))
         if bad.size:
             j = int(bad[0])
             return j, self._bad_header(self.index + j, offsets[j], "has a bad length checksum")
