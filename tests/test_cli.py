@@ -40,3 +40,9 @@ def test_python_dash_m_entry_point():
     )
     assert proc.returncode == 0, proc.stderr
     assert "images/s" in proc.stdout
+
+
+def test_preview_command_writes_png(tmp_path):
+    out = tmp_path / "grid.png"
+    assert main(["preview", "-n", "3", "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

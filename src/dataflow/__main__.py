@@ -51,6 +51,12 @@ def _profile_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _preview_cmd(args: argparse.Namespace) -> int:
+    from dataflow.imgaug.preview import preview_main
+
+    return int(preview_main(args.args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="dataflow", description="dataflow: fast, reproducible input pipelines."
@@ -76,10 +82,20 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--json", action="store_true", help="print JSON instead of a table")
     prof.add_argument("--trace", metavar="FILE", help="also write a Chrome trace-event file")
     prof.set_defaults(func=_profile_cmd)
+    prev = sub.add_parser(
+        "preview", add_help=False,
+        help="write a PNG grid of an image under random draws of an augmentor list "
+             "(see `python -m dataflow preview --help`)",
+    )
+    prev.add_argument("args", nargs=argparse.REMAINDER)
+    prev.set_defaults(func=_preview_cmd)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["preview"]:  # its options belong to the preview command itself
+        return _preview_cmd(argparse.Namespace(args=argv[1:]))
     args = build_parser().parse_args(argv)
     return int(args.func(args))
 
