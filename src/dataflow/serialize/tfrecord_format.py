@@ -366,11 +366,11 @@ class TFRecordSerializer:
                     batch.append(rec)
                     nbytes += len(rec)
                     if len(batch) >= _BATCH_RECORDS or nbytes >= _BATCH_BYTES:
-                        f.writelines(frame_parts(batch))
+                        f.write(frame_records(batch))
                         meter.update(len(batch), nbytes)
                         batch, nbytes = [], 0
                 if batch:
-                    f.writelines(frame_parts(batch))
+                    f.write(frame_records(batch))
                     meter.update(len(batch), nbytes)
                 f.flush()
                 sync_file(f.fileno())
