@@ -7,11 +7,11 @@ and files written by TensorFlow's writers load here.
 
 Writing never needs TensorFlow (CRC32C is computed with NumPy, see ``_crc32c``). Reading uses
 ``reader`` (default: the ``DATAFLOW_TFRECORD_READER`` environment variable, else
-``"builtin"``): ``"builtin"`` (mmap + NumPy CRC checks, no TensorFlow), ``"tf"``
-(``tf.data.TFRecordDataset``), or ``"auto"`` (TensorFlow when it is installed, else built-in).
-The built-in reader is the default because it was measured 7-9x faster per epoch than
-``TFRecordDataset`` (eager iteration, 20k records of 3 KB), needs no ~4 s TensorFlow import,
-and is safe in forked workers.
+``"auto"``): ``"auto"`` (TensorFlow when it is installed, else built-in), ``"builtin"``
+(mmap + NumPy CRC checks, no TensorFlow) or ``"tf"`` (``tf.data.TFRecordDataset``).
+Pass ``reader="builtin"`` (or set ``DATAFLOW_TFRECORD_READER=builtin``) for speed: it was
+measured 7-9x faster per epoch than ``TFRecordDataset`` (eager iteration, 20k records of 3 KB),
+needs no ~4 s TensorFlow import, and is safe in forked workers.
 
 Differences from tensorpack, on purpose: the loaded flow has an exact ``len`` (counted by a
 header scan unless ``size`` is given), can be iterated for any number of epochs, and a
@@ -47,7 +47,7 @@ from dataflow.serialize.codec import get_dumps, get_loads, sniff_codec
 __all__ = ["TFRecordData", "TFRecordSerializer"]
 
 READERS = ("auto", "builtin", "tf")
-DEFAULT_READER = "builtin"
+DEFAULT_READER = "auto"  # TensorFlow when installed (issue 4); reader="builtin" is faster
 _BATCH_RECORDS = 1024
 _BATCH_BYTES = 8 << 20
 _HEADER = struct.Struct("<QI")
