@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from dataflow.input_source import TFDatasetInput, dataflow_to_dataset
+from dataflow.sources import DataFromList
 from dataflow.wrappers import RepeatedData
 from tests.input_source._common import (
     BATCH,
@@ -158,3 +159,41 @@ def test_graph_mode_exact_delivery_and_reset_restarts_epoch():
             assert as_plain(*sess.run(tensors)) == expected_counting(1)[0]
     assert df.resets == 1
     src.close()
+
+
+class _Shapes(Counting):
+    """Datapoints whose first component changes shape every few datapoints."""
+
+    def __iter__(self):
+        for i in range(self.n):
+            if i == self.fail_at:
+                raise ValueError(f"boom at {i}")
+            yield [np.full((1 + i // 3,), i, np.float32), np.int64(i)]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 16])
+def test_chunks_keep_order_across_shape_changes_and_errors(chunk):
+    sig = [tf.TensorSpec([None], tf.float32, "x"), tf.TensorSpec([], tf.int64, "i")]
+    ds = dataflow_to_dataset(_Shapes(10), sig, chunk=chunk)
+    want = [([float(i)] * (1 + i // 3), i) for i in range(10)]
+    for _ in range(2):
+        assert [(x.numpy().tolist(), int(i)) for x, i in ds] == want
+    seen = []
+
+    def train():
+        for _, i in dataflow_to_dataset(_Shapes(10, fail_at=7), sig, chunk=chunk):
+            seen.append(int(i))
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="boom at 7"):
+        train()
+    assert seen == list(range(7))
+    with pytest.raises(ValueError, match="`chunk` must be a positive int"):
+        dataflow_to_dataset(_Shapes(1), sig, chunk=0)
+
+
+def test_large_datapoints_are_not_stacked_and_cardinality_is_declared():
+    big = DataFromList([[np.full((600, 600), k, np.float32)] for k in range(3)], shuffle=False)
+    ds = dataflow_to_dataset(big)
+    assert int(ds.cardinality()) == 3
+    assert [float(x[0][0, 0]) for x in ds] == [0.0, 1.0, 2.0]
+    assert int(dataflow_to_dataset(Counting(4), cardinality=None).cardinality()) < 0

@@ -32,6 +32,7 @@ from dataflow.input_source.base import FeedfreeInput
 
 __all__ = ["TFDatasetInput", "dataflow_to_dataset"]
 
+_CHUNK_BYTES = 1 << 20
 _reset_pids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _reset_lock = threading.Lock()
 
@@ -93,6 +94,9 @@ class DataFlowFeeder:
             self._pending = itertools.chain([first], it)
         self.signature = _coerce_signature(signature)
         self._dummy = dummy_components(self.signature)
+        self._empty = [np.zeros((0, *d.shape), d.dtype) for d in self._dummy]
+        self._carry: list | None = None  # a pulled datapoint that did not fit the last chunk
+        self._deferred: BaseException | None = None  # raised after the rows before it
 
     def _iterate(self):
         df = reset_once(self.df)
@@ -104,6 +108,7 @@ class DataFlowFeeder:
                 raise RuntimeError("the input source was closed; build a new one to train again")
             pending, self._pending = self._pending, None
             self._close_iter()
+            self._carry = self._deferred = None
             self._epoch += 1
             self._index = 0
             self._it = pending if pending is not None else self._iterate()
@@ -133,6 +138,46 @@ class DataFlowFeeder:
             return [np.bool_(True), *self._dummy]
         return [np.bool_(False), *comps]
 
+    def pull_chunk(self, epoch: Any, size: Any) -> list[Any]:
+        """Up to ``size`` datapoints of the same shapes, stacked: ``[n, *components]``.
+
+        ``n == 0`` ends the epoch. An error is raised after the datapoints before it.
+        """
+        rows: list[list[np.ndarray]] = []
+        size = int(size)
+        if int(epoch) == self._epoch:
+            with self._lock:
+                if self._deferred is not None:
+                    err, self._deferred = self._deferred, None
+                    raise err
+                if self._carry is not None:
+                    rows.append(self._carry)
+                    self._carry = None
+                while len(rows) < size and self._it is not None:
+                    try:
+                        dp = next(self._it)
+                        comps = flatten_datapoint(dp, self.signature, self._index)
+                    except StopIteration:
+                        self._it = None
+                        break
+                    except BaseException as e:
+                        self._it = None
+                        if not rows:
+                            raise
+                        self._deferred = e
+                        break
+                    self._index += 1
+                    if not rows:  # stack small datapoints only: at most ~1 MiB per chunk
+                        nbytes = sum(c.nbytes for c in comps)
+                        size = max(1, min(size, _CHUNK_BYTES // max(nbytes, 1)))
+                    elif any(a.shape != b.shape for a, b in zip(comps, rows[0])):
+                        self._carry = comps
+                        break
+                    rows.append(comps)
+        if not rows:
+            return [np.int64(0), *self._empty]
+        return [np.int64(len(rows)), *(np.stack(col) for col in zip(*rows))]
+
     def _close_iter(self) -> None:
         for it in (self._it, self._pending):
             close = getattr(it, "close", None)
@@ -154,12 +199,21 @@ class DataFlowFeeder:
             self._closed = True
 
 
-def feeder_dataset(feeder: DataFlowFeeder, prefetch: int | None = 2, cardinality: Any = "auto"):
-    """The ``tf.data.Dataset`` reading ``feeder``; each iteration starts a new epoch."""
+def feeder_dataset(
+    feeder: DataFlowFeeder, prefetch: int | None = 2, cardinality: Any = "auto", chunk: int = 16
+):
+    """The ``tf.data.Dataset`` reading ``feeder``; each iteration starts a new epoch.
+
+    ``chunk > 1`` pulls up to that many datapoints per Python call (consecutive ones of equal
+    shapes, stacked, at most ~1 MiB, then unbatched), which divides the per-call overhead.
+    """
     tf = import_tf()
     signature = feeder.signature
     specs = spec_list(signature)
+    if chunk > 1 and any(s.shape.rank is None for s in specs):
+        chunk = 1
     tout = [tf.bool] + [s.dtype for s in specs]
+    tout_chunk = [tf.int64] + [s.dtype for s in specs]
 
     @tf.autograph.experimental.do_not_convert
     def start(_):
@@ -184,10 +238,23 @@ def feeder_dataset(feeder: DataFlowFeeder, prefetch: int | None = 2, cardinality
         return pack(signature, comps)
 
     @tf.autograph.experimental.do_not_convert
+    def pull_chunk(epoch):
+        out = tf.numpy_function(feeder.pull_chunk, [epoch, chunk], tout_chunk, stateful=True)
+        out[0].set_shape([])
+        for tensor, spec in zip(out[1:], specs):
+            tensor.set_shape([None, *spec.shape])
+        return tuple(out)
+
+    @tf.autograph.experimental.do_not_convert
+    def not_empty(n, *_):
+        return n > 0
+
+    @tf.autograph.experimental.do_not_convert
     def one_epoch(epoch):
-        return (
-            tf.data.Dataset.from_tensors(epoch).repeat().map(pull).take_while(not_done).map(strip)
-        )
+        ds = tf.data.Dataset.from_tensors(epoch).repeat()
+        if chunk > 1:
+            return ds.map(pull_chunk).take_while(not_empty).map(strip).unbatch()
+        return ds.map(pull).take_while(not_done).map(strip)
 
     ds = tf.data.Dataset.from_tensors(np.int64(0)).map(start).flat_map(one_epoch)
     if cardinality == "auto":
@@ -212,6 +279,7 @@ def dataflow_to_dataset(
     *,
     prefetch: int | None = 2,
     cardinality: Any = "auto",
+    chunk: int = 16,
 ):
     """A ``tf.data.Dataset`` fed by ``df``.
 
@@ -227,9 +295,14 @@ def dataflow_to_dataset(
         cardinality: the number of elements the dataset declares (``assert_cardinality``), so
             that Keras knows the epoch length; ``"auto"`` uses ``len(df)`` where known,
             ``None`` declares nothing (use it for flows whose ``__len__`` is only a hint).
+        chunk: up to this many small datapoints are taken from ``df`` per call into Python
+            (stacked, then split again), which cuts the per-datapoint overhead; use 1 for
+            flows that block between datapoints (network streams) to avoid reading ahead.
     """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"`chunk` must be a positive int, got {chunk!r}")
     feeder = DataFlowFeeder(df, output_signature)
-    return feeder_dataset(feeder, prefetch, cardinality)
+    return feeder_dataset(feeder, prefetch, cardinality, chunk)
 
 
 class TFDatasetInput(FeedfreeInput):

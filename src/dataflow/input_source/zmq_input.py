@@ -195,7 +195,7 @@ class ZMQInput(FeedfreeInput):
         tf = import_tf()
         options = tf.data.Options()
         options.experimental_optimization.inject_prefetch = False
-        return feeder_dataset(self._feeder, prefetch=None).with_options(options)
+        return feeder_dataset(self._feeder, prefetch=None, chunk=1).with_options(options)
 
     def to_dataset(self, input_signature: Sequence[Any] | None = None):
         """The endless ``tf.data.Dataset`` of received datapoints."""
