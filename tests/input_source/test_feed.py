@@ -114,3 +114,20 @@ def test_placeholder_input_graph_only_and_reused():
             a.setup(batch_signature())
     with pytest.raises(RuntimeError, match="only in graph mode"):
         PlaceholderInput().setup(batch_signature())
+
+
+def test_graph_mode_dataflow_exception_raises_from_the_step():
+    src = FeedInput(Counting(10, fail_at=2))
+    seen = []
+    with tf.Graph().as_default():
+        cbs = src.setup(COUNT_SIG)
+        _, i, _ = src.get_input_tensors()
+
+        def train():
+            with tf.compat.v1.train.MonitoredSession(hooks=cbs) as sess:
+                while True:
+                    seen.append(int(sess.run(i)))
+
+        with pytest.raises(ValueError, match="boom at 2"):
+            train()
+    assert seen == [0, 1]

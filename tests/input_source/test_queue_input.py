@@ -221,3 +221,38 @@ def test_batch_queue_input_exact_batches_and_errors():
     with pytest.raises(tf.errors.InvalidArgumentError, match="boom at 9"):
         next(it)
     src.close()
+
+
+def test_worker_processes_of_the_dataflow_end_with_the_source():
+    from dataflow.parallel import MultiProcessRunner
+
+    flow = MultiProcessRunner(separable_batches(4), num_prefetch=4, num_proc=2)
+    src = QueueInput(flow)
+    src.setup(batch_signature())
+    model = LinearModel()
+
+    @tf.function
+    def step():
+        return model.step(*src.get_input_tensors())
+
+    def train():
+        with src:
+            for n in range(1000):
+                step()
+                if n == 20:
+                    raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        train()
+    assert src.thread is None
+    # the autouse fixture of tests/conftest.py fails the test if a worker process is left
+
+
+def test_graph_mode_session_end_then_close_ends_worker_processes():
+    from dataflow.parallel import MultiProcessRunner
+
+    src = QueueInput(MultiProcessRunner(separable_batches(4), num_prefetch=4, num_proc=2))
+    losses = train_graph(src, steps=30)
+    assert len(losses) == 30
+    assert src.thread is None
+    src.close()

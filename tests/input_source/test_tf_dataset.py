@@ -197,3 +197,22 @@ def test_large_datapoints_are_not_stacked_and_cardinality_is_declared():
     assert int(ds.cardinality()) == 3
     assert [float(x[0][0, 0]) for x in ds] == [0.0, 1.0, 2.0]
     assert int(dataflow_to_dataset(Counting(4), cardinality=None).cardinality()) < 0
+
+
+def test_graph_mode_dataflow_exception_raises_from_the_step():
+    src = TFDatasetInput(Counting(10, fail_at=3))
+    seen = []
+    with tf.Graph().as_default():
+        cbs = src.setup([tf.TensorSpec([2], tf.float32, "x"), tf.TensorSpec([], tf.int64, "i"),
+                         tf.TensorSpec([], tf.string, "s")])
+        _, i, _ = src.get_input_tensors()
+
+        def train():
+            with tf.compat.v1.train.MonitoredSession(hooks=cbs) as sess:
+                while True:
+                    seen.append(int(sess.run(i)))
+
+        with pytest.raises(tf.errors.InvalidArgumentError, match="boom at 3"):
+            train()
+    assert seen == [0, 1, 2]
+    src.close()
