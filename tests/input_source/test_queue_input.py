@@ -256,3 +256,28 @@ def test_graph_mode_session_end_then_close_ends_worker_processes():
     assert len(losses) == 30
     assert src.thread is None
     src.close()
+
+
+def test_refill_queue_restarts_the_epoch_in_tf2_and_graph():
+    df = Counting(7)
+    with QueueInput(df) as src:
+        src.setup(COUNT_SIG)
+        got = [int(src.get_input_tensors()[1]) for _ in range(3)]
+        deadline = time.monotonic() + 5
+        while src.thread.enqueued < 20 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        src.refill_queue()
+        got += [int(src.get_input_tensors()[1]) for _ in range(9)]
+    assert got == [0, 1, 2, 0, 1, 2, 3, 4, 5, 6, 0, 1]
+    assert df.resets == 1
+
+    src = QueueInput(Counting(5))
+    with tf.Graph().as_default():
+        cbs = src.setup(COUNT_SIG)
+        _, i, _ = src.get_input_tensors()
+        with tf.compat.v1.train.MonitoredSession(hooks=cbs) as sess:
+            got = [int(sess.run(i)) for _ in range(2)]
+            src.refill_queue()
+            got += [int(sess.run(i)) for _ in range(6)]
+    assert got == [0, 1, 0, 1, 2, 3, 4, 0]
+    src.close()

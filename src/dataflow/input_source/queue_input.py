@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from typing import Any
@@ -39,6 +40,9 @@ class _EnqueueThread(threading.Thread):
         self.session = session
         self.coord = coord
         self.stop_event = threading.Event()
+        self.pause_request = threading.Event()
+        self.paused = threading.Event()
+        self.resume = threading.Event()
         self.enqueued = 0
 
     def _run_op(self, op: Any, feed: dict | None = None) -> Any:
@@ -78,6 +82,13 @@ class _EnqueueThread(threading.Thread):
         try:
             feeder.new_epoch()
             while not self.stop_event.is_set():
+                if self.pause_request.is_set():
+                    self.paused.set()
+                    while not self.resume.wait(0.1):
+                        if self.stop_event.is_set():
+                            return
+                    self.resume.clear()
+                    self.paused.clear()
                 comps = feeder.next_components()
                 if comps is None:  # cannot happen with repeat=True; be safe
                     break
@@ -184,6 +195,7 @@ class _QueueInputBase(FeedfreeInput):
                 self._close_op_cancel = queue.close(cancel_pending_enqueues=True,
                                                     name="close_cancel")
                 self._size_op = queue.size(name="size")
+                self._drain_op = queue.dequeue(name="drain")
                 tf.compat.v1.summary.scalar("queue_size", tf.cast(self._size_op, tf.float32))
 
     def _queue_shapes(self) -> list | None:
@@ -230,6 +242,32 @@ class _QueueInputBase(FeedfreeInput):
         thread.join(timeout)
         if thread.is_alive():
             logger.warning("%s did not stop within %.0f s", thread.name, timeout)
+
+    def refill_queue(self, timeout: float = 10.0) -> None:
+        """Drops the queued datapoints and restarts the dataflow at a new epoch (e.g. after
+        the model changed what it needs). The enqueue thread pauses meanwhile."""
+        thread = self._thread
+        if thread is None:
+            raise RuntimeError(f"{type(self).__name__}.refill_queue() needs a running thread")
+        thread.pause_request.set()
+        deadline = time.monotonic() + timeout
+        while not thread.paused.wait(0.05):  # it may be blocked on a full queue: drain
+            self._drain(thread)
+            if time.monotonic() > deadline or not thread.is_alive():
+                thread.pause_request.clear()
+                raise RuntimeError(f"{thread.name} did not pause within {timeout} s")
+        self._drain(thread)
+        self._feeder.new_epoch()
+        thread.pause_request.clear()
+        thread.resume.set()
+
+    def _drain(self, thread: _EnqueueThread) -> None:
+        # only the (paused or blocked) enqueue thread adds elements: `size` dequeues never block
+        for _ in range(thread.queue_size()):
+            if thread.session is None:
+                self._queue.dequeue()
+            else:
+                thread.session.run(self._drain_op)
 
     @property
     def thread(self) -> _EnqueueThread | None:
