@@ -5,8 +5,6 @@ Nothing here imports TensorFlow at module import time; :func:`import_tf` does it
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -15,7 +13,6 @@ import numpy as np
 from dataflow.base import DataFlow
 
 __all__ = [
-    "ResetOnce",
     "flatten_datapoint",
     "import_tf",
     "infer_signature",
@@ -184,27 +181,6 @@ def pack(signature: Any, flat: Sequence[Any]) -> Any:
     if isinstance(signature, tuple):
         return tuple(flat)
     return flat[0]
-
-
-class ResetOnce:
-    """Calls ``df.reset_state()`` at most once per process (the DataFlow contract)."""
-
-    def __init__(self, df: DataFlow) -> None:
-        if not isinstance(df, DataFlow):
-            raise TypeError(
-                f"`ds` must be a DataFlow, got {type(df).__name__}; wrap a list with "
-                "DataFromList(lst, shuffle=False) or an iterable with DataFromIterable(it)."
-            )
-        self.df = df
-        self._pid: int | None = None
-        self._lock = threading.Lock()
-
-    def ensure(self) -> DataFlow:
-        with self._lock:
-            if self._pid != os.getpid():
-                self.df.reset_state()
-                self._pid = os.getpid()
-        return self.df
 
 
 def repeat_forever(df: DataFlow) -> Iterator[Any]:

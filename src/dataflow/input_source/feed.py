@@ -8,14 +8,14 @@ from typing import Any
 import numpy as np
 
 from dataflow.base import DataFlow
-from dataflow.input_source._tf import flatten_datapoint, import_tf, repeat_forever, spec_list
-from dataflow.input_source.base import InputCallback, InputSource, build_or_reuse_placeholder
-from dataflow.input_source.tf_dataset import (
+from dataflow.input_source._feeder import (
     DataFlowFeeder,
-    _check_dataflow,
+    check_dataflow,
     feeder_dataset,
     reset_once,
 )
+from dataflow.input_source._tf import flatten_datapoint, import_tf, repeat_forever, spec_list
+from dataflow.input_source.base import InputCallback, InputSource, build_or_reuse_placeholder
 
 __all__ = ["FeedInput", "PlaceholderInput"]
 
@@ -56,7 +56,7 @@ class FeedInput(InputSource):
     """
 
     def __init__(self, ds: DataFlow, infinite: bool = True) -> None:
-        self.ds = _check_dataflow(ds, "ds")
+        self.ds = check_dataflow(ds, "ds")
         self.infinite = bool(infinite)
         self._itr: Iterator[Any] | None = None
         self._feeder: DataFlowFeeder | None = None

@@ -22,9 +22,9 @@ from typing import Any
 
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated
+from dataflow.input_source._feeder import DataFlowFeeder, check_dataflow
 from dataflow.input_source._tf import dummy_components, import_tf, pack, spec_list
 from dataflow.input_source.base import FeedfreeInput, InputCallback
-from dataflow.input_source.tf_dataset import DataFlowFeeder, _check_dataflow
 
 __all__ = ["BatchQueueInput", "QueueInput"]
 
@@ -140,7 +140,7 @@ class _QueueInputBase(FeedfreeInput):
     _status_repeat = 1
 
     def __init__(self, ds: DataFlow, queue: Any = None) -> None:
-        self.ds = _check_dataflow(ds, "ds")
+        self.ds = check_dataflow(ds, "ds")
         self._user_queue = queue
         self._feeder: DataFlowFeeder | None = None
         self.queue_fill_ema: float | None = None

@@ -18,9 +18,9 @@ import numpy as np
 
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated
+from dataflow.input_source._feeder import DataFlowFeeder, feeder_dataset
 from dataflow.input_source._tf import import_tf, spec_list
 from dataflow.input_source.base import FeedfreeInput
-from dataflow.input_source.tf_dataset import DataFlowFeeder, feeder_dataset
 
 __all__ = ["ZMQInput"]
 
