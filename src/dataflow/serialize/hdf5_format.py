@@ -36,6 +36,7 @@ from dataflow.serialize._atomic import (
     reset_and_len,
     sync_file,
 )
+from dataflow.serialize._resume import ReaderState
 
 __all__ = ["HDF5Data", "HDF5Serializer"]
 
@@ -43,7 +44,7 @@ _KIND_ATTR = "dataflow_kind"
 _BATCH_BYTES = 32 << 20
 
 
-class HDF5Data(RNGDataFlow):
+class HDF5Data(ReaderState, RNGDataFlow):
     """Yields ``[ds[i] for ds in data_paths]`` from an HDF5 file, all loaded into memory.
 
     Args:
@@ -54,6 +55,8 @@ class HDF5Data(RNGDataFlow):
 
     Numeric components come out as NumPy scalars / arrays (e.g. ``np.int64``), ``str`` and
     ``bytes`` components as Python ``str`` / ``bytes``. ``len`` is exact; not reentrant.
+    Resumable: ``state_dict()`` saves epoch, position and seed; a restored flow continues at
+    the position by index arithmetic.
     """
 
     def __init__(
@@ -71,6 +74,7 @@ class HDF5Data(RNGDataFlow):
         self.seed = seed
         self._pos = 0
         self._epoch = 0
+        self._resume: int | None = None
         self._guard = DataFlowReentrantGuard("HDF5Data")
         try:
             f = h5py.File(self._filename, "r")
@@ -114,22 +118,24 @@ class HDF5Data(RNGDataFlow):
 
     def __iter__(self) -> Iterator[list[Any]]:
         with self._guard:
-            epoch = self._epoch
-            self._epoch += 1
-            self._pos = 0
+            epoch, start = self._begin_epoch()
             cols = self._columns
-            if self._shuffle:
-                order = self._epoch_rng(epoch).permutation(self._size).tolist()
-                if len(cols) == 2:
-                    a, b = cols
-                    for self._pos, i in enumerate(order, 1):
-                        yield [a[i], b[i]]
+            try:
+                if self._shuffle:
+                    order = self._epoch_rng(epoch).permutation(self._size)[start:].tolist()
+                    if len(cols) == 2:
+                        a, b = cols
+                        for self._pos, i in enumerate(order, start + 1):
+                            yield [a[i], b[i]]
+                    else:
+                        for self._pos, i in enumerate(order, start + 1):
+                            yield [c[i] for c in cols]
                 else:
-                    for self._pos, i in enumerate(order, 1):
-                        yield [c[i] for c in cols]
-            else:
-                for self._pos, dp in enumerate(zip(*cols), 1):
-                    yield list(dp)
+                    rows = zip(*(c[start:] for c in cols)) if start else zip(*cols)
+                    for self._pos, dp in enumerate(rows, start + 1):
+                        yield list(dp)
+            finally:
+                self._end_epoch()
 
 
 class _Column:

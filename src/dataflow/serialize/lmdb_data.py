@@ -13,6 +13,9 @@ Differences from tensorpack, on purpose:
   ``len`` is their count; without them, every entry but ``__keys__`` is.
 * ``shuffle`` orders come from :meth:`RNGDataFlow._epoch_rng`, so ``seed=`` reproduces them.
 * ``__iter__`` opens the database itself if ``reset_state()`` was not called.
+* Resumable (``state_dict()`` / ``load_state_dict()``): a restored reader continues the epoch
+  without reading the delivered part: a sequential scan puts its cursor on the saved key, a
+  by-key read re-derives the epoch's order and starts at the saved position.
 """
 
 from __future__ import annotations
@@ -27,7 +30,9 @@ from typing import Any
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from dataflow.serialize._atomic import CorruptFileError, check_source_path, import_optional
+from dataflow.serialize._resume import ReaderState, mismatch
 from dataflow.serialize.codec import get_loads, loads, sniff_codec
+from dataflow.state import StateMismatchError
 
 __all__ = ["LMDBData", "LMDBDataDecoder"]
 
@@ -131,7 +136,7 @@ def _as_key(k: Any, i: int) -> bytes:
     raise TypeError(f"`keys` entries must be bytes or str, got {k!r} at index {i}")
 
 
-class LMDBData(RNGDataFlow):
+class LMDBData(ReaderState, RNGDataFlow):
     """Yields ``[key, value]`` (both ``bytes``) of every entry of an LMDB database.
 
     Args:
@@ -145,7 +150,8 @@ class LMDBData(RNGDataFlow):
 
     ``len`` is exact. Not reentrant. The database is opened at construction only to count
     entries, then closed; ``reset_state()`` (or the first ``__iter__``) reopens it, so the
-    flow can be forked or pickled before that.
+    flow can be forked or pickled before that. ``state_dict()`` saves the epoch, the position
+    (and, for a sequential scan, the key of the last datapoint delivered, in hex) and the seed.
     """
 
     _WHAT = ""
@@ -166,6 +172,9 @@ class LMDBData(RNGDataFlow):
         self._env_key: tuple[int, int] | None = None
         self._pos = 0
         self._epoch = 0
+        self._resume: int | None = None
+        self._cursor: Any = None  # the cursor of a sequential scan in progress
+        self._seq_key: bytes | None = None  # where a restored sequential scan continues after
         self._guard = DataFlowReentrantGuard(self._what)
         self._codec = "pickle"
         env, key = acquire_env(self._lmdb_path, self._what)
@@ -238,7 +247,7 @@ class LMDBData(RNGDataFlow):
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_env"] = state["_env_key"] = None
+        state["_env"] = state["_env_key"] = state["_cursor"] = None
         return state
 
     def __del__(self) -> None:
@@ -248,56 +257,68 @@ class LMDBData(RNGDataFlow):
             pass
 
     # ----------------------------------------------------------------- iteration
-    def _order(self, epoch: int) -> list[bytes]:
-        """The keys of epoch ``epoch`` in read order (random reads)."""
+    def _order(self, epoch: int, start: int = 0) -> list[bytes]:
+        """The keys of epoch ``epoch`` in read order (random reads), from position ``start``."""
         keys = self.keys
         if not self._shuffle:
-            return keys
-        perm = self._epoch_rng(epoch).permutation(len(keys))
+            return keys[start:]
+        perm = self._epoch_rng(epoch).permutation(len(keys))[start:]
         return [keys[i] for i in perm.tolist()]
 
-    def _sequential(self, txn: Any, values_only: bool) -> Iterator[Any]:
-        cur = txn.cursor()
+    def _sequential(self, txn: Any, values_only: bool, start: int) -> Iterator[Any]:
+        cur = self._cursor = txn.cursor()
+        if start:  # continue after the last key delivered before the state was saved
+            if self._seq_key is None or not cur.set_key(self._seq_key):
+                raise mismatch(self, "the saved key in", repr(self._lmdb_path),
+                               self._seq_key, "the database changed since the state was saved.")
+            if not cur.next():
+                return iter(())
         if not self._has_keys_entry or self._keys_entry_last:
             it = cur.iternext(keys=not values_only, values=True)
-            return islice(it, self._size) if self._has_keys_entry else it
+            return islice(it, self._size - start) if self._has_keys_entry else it
         if values_only:
             return (v for k, v in cur if k != KEYS_KEY)
         return ((k, v) for k, v in cur if k != KEYS_KEY)
 
     def _iter(self, decode: Callable[[bytes], Any] | None) -> Iterator[Any]:
         self._open()
-        epoch = self._epoch
-        self._epoch += 1
-        self._pos = 0
         by_key = self._shuffle or self._explicit_keys
         with self._guard, self._env.begin(buffers=False) as txn:
-            if by_key:
-                yield from self._iter_keys(txn, decode, epoch)
-            elif decode is None:
-                for self._pos, kv in enumerate(self._sequential(txn, False), 1):  # noqa: B020
-                    yield list(kv)
-            else:
-                try:
-                    for self._pos, v in enumerate(self._sequential(txn, True), 1):  # noqa: B020
-                        yield decode(v)
-                except Exception as e:
-                    raise self._decode_error(e, epoch) from e
+            epoch, start = self._begin_epoch()
+            try:
+                if by_key:
+                    yield from self._iter_keys(txn, decode, epoch, start)
+                elif decode is None:
+                    items = self._sequential(txn, False, start)
+                    for self._pos, kv in enumerate(items, start + 1):
+                        yield list(kv)
+                else:
+                    try:
+                        items = self._sequential(txn, True, start)
+                        for self._pos, v in enumerate(items, start + 1):
+                            yield decode(v)
+                    except Exception as e:
+                        if isinstance(e, StateMismatchError):
+                            raise
+                        raise self._decode_error(e, epoch) from e
+            finally:
+                self._cursor = None
+                self._end_epoch()
 
     def _iter_keys(
-        self, txn: Any, decode: Callable[[bytes], Any] | None, epoch: int
+        self, txn: Any, decode: Callable[[bytes], Any] | None, epoch: int, start: int
     ) -> Iterator[Any]:
         get = txn.get
-        order = self._order(epoch)
+        order = self._order(epoch, start)
         try:
             if decode is None:
-                for self._pos, k in enumerate(order, 1):
+                for self._pos, k in enumerate(order, start + 1):
                     v = get(k)
                     if v is None:
                         raise KeyError(k)
                     yield [k, v]
             else:
-                for self._pos, k in enumerate(order, 1):
+                for self._pos, k in enumerate(order, start + 1):
                     yield decode(get(k))
         except KeyError as e:
             raise CorruptFileError(
@@ -305,12 +326,37 @@ class LMDBData(RNGDataFlow):
                 f"{self._lmdb_path!r}; the `keys` / `__keys__` list does not match the database."
             ) from None
         except Exception as e:
-            if get(order[self._pos - 1]) is None:
+            key = order[self._pos - 1 - start]
+            if get(key) is None:
                 raise CorruptFileError(
-                    f"{self._what}: key {order[self._pos - 1]!r} (record {self._pos - 1}) is "
+                    f"{self._what}: key {key!r} (record {self._pos - 1}) is "
                     f"missing from {self._lmdb_path!r}; `keys` / `__keys__` do not match it."
                 ) from None
             raise self._decode_error(e, epoch) from e
+
+    # ----------------------------------------------------------------- state
+    def _state_extra(self) -> dict[str, Any]:
+        if self._shuffle or self._explicit_keys:
+            return {}
+        key = self._seq_key
+        if self._cursor is not None and self._pos:
+            key = self._cursor.key()  # the cursor is on the datapoint delivered last
+        return {"key": None if key is None or not self._pos else bytes(key).hex()}
+
+    def _check_extra(self, state: dict[str, Any]) -> None:
+        if self._shuffle or self._explicit_keys or not state["pos"]:
+            return
+        hint = "the state was saved from another database."
+        try:
+            key = bytes.fromhex(state.get("key"))  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise mismatch(self, "the hex key of the last datapoint delivered, a str;", "",
+                           state.get("key"), hint) from None
+        self._open()
+        with self._env.begin(buffers=False) as txn:
+            if txn.get(key) is None:
+                raise mismatch(self, "a key present in", repr(self._lmdb_path), key, hint)
+        self._seq_key = key
 
     def _decode_error(self, e: Exception, epoch: int) -> CorruptFileError:
         codec = self._codec.split("-")[0]

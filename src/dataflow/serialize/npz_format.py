@@ -38,13 +38,16 @@ from dataflow.serialize._atomic import (
     serialize_error,
     sync_file,
 )
+from dataflow.serialize._resume import ReaderState
 from dataflow.serialize.codec import dump_pickle, dumps, load_pickle
 
 __all__ = ["NumpyData", "NumpySerializer"]
 
 
-class NumpyData(RNGDataFlow):
-    """The datapoints of an in-memory sequence; a new order each epoch if ``shuffle``."""
+class NumpyData(ReaderState, RNGDataFlow):
+    """The datapoints of an in-memory sequence; a new order each epoch if ``shuffle``.
+
+    Resumable: ``state_dict()`` saves epoch, position and seed (no datapoint)."""
 
     def __init__(self, items: Any, shuffle: bool = True, *, seed: int | None = None) -> None:
         self._items = items
@@ -52,6 +55,7 @@ class NumpyData(RNGDataFlow):
         self.seed = seed
         self._pos = 0
         self._epoch = 0
+        self._resume: int | None = None
         self._guard = DataFlowReentrantGuard("NumpyData")
 
     def __len__(self) -> int:
@@ -59,17 +63,18 @@ class NumpyData(RNGDataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         with self._guard:
-            epoch = self._epoch
-            self._epoch += 1
-            self._pos = 0
+            epoch, start = self._begin_epoch()
             items = self._items
-            if self._shuffle:
-                order = self._epoch_rng(epoch).permutation(len(items)).tolist()
-                for self._pos, i in enumerate(order, 1):
-                    yield items[i]
-            else:
-                for self._pos, dp in enumerate(items, 1):
-                    yield dp
+            try:
+                if self._shuffle:
+                    order = self._epoch_rng(epoch).permutation(len(items))[start:].tolist()
+                    for self._pos, i in enumerate(order, start + 1):
+                        yield items[i]
+                else:
+                    for self._pos, dp in enumerate(items[start:] if start else items, start + 1):
+                        yield dp
+            finally:
+                self._end_epoch()
 
 
 def _read_npy(fp: Any) -> Any:

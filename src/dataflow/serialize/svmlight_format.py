@@ -10,15 +10,17 @@ import numpy as np
 
 from dataflow.base import DataFlowReentrantGuard, RNGDataFlow
 from dataflow.serialize._atomic import check_source_path
+from dataflow.serialize._resume import ReaderState
 
 __all__ = ["SVMLightData"]
 
 
-class SVMLightData(RNGDataFlow):
+class SVMLightData(ReaderState, RNGDataFlow):
     """Yields ``[x_row, y]`` (a dense ``float64`` row and its label) of an SVMLight file.
 
     Needs scikit-learn (``sklearn.datasets.load_svmlight_file``); without it, construction
-    raises an ImportError that says so. ``len`` is exact; not reentrant.
+    raises an ImportError that says so. ``len`` is exact; not reentrant. Resumable:
+    ``state_dict()`` saves epoch, position and seed; a restored flow continues at the position.
     """
 
     def __init__(
@@ -38,6 +40,7 @@ class SVMLightData(RNGDataFlow):
         self.seed = seed
         self._pos = 0
         self._epoch = 0
+        self._resume: int | None = None
         self._guard = DataFlowReentrantGuard("SVMLightData")
 
     def __len__(self) -> int:
@@ -45,10 +48,11 @@ class SVMLightData(RNGDataFlow):
 
     def __iter__(self) -> Iterator[list[Any]]:
         with self._guard:
-            epoch = self._epoch
-            self._epoch += 1
-            self._pos = 0
+            epoch, start = self._begin_epoch()
             n = len(self.y)
             order = self._epoch_rng(epoch).permutation(n).tolist() if self._shuffle else range(n)
-            for self._pos, i in enumerate(order, 1):
-                yield [self.X[i], self.y[i]]
+            try:
+                for self._pos, i in enumerate(order[start:], start + 1):
+                    yield [self.X[i], self.y[i]]
+            finally:
+                self._end_epoch()

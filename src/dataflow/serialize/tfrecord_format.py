@@ -16,6 +16,11 @@ needs no ~4 s TensorFlow import, and is safe in forked workers.
 Differences from tensorpack, on purpose: the loaded flow has an exact ``len`` (counted by a
 header scan unless ``size`` is given), can be iterated for any number of epochs, and a
 truncated or corrupt file raises :class:`CorruptFileError` naming the file and record index.
+
+Resumable: ``state_dict()`` holds the byte offset of the next record, and a restored flow
+continues the epoch from there without reading the delivered part (with ``reader="tf"`` the
+rest of that one epoch is read by the built-in reader, since ``TFRecordDataset`` cannot start
+at an offset; the records are the same).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from dataflow.serialize._atomic import (
     sync_file,
 )
 from dataflow.serialize._crc32c import masked_crc32c_lengths, masked_crc32c_many
+from dataflow.serialize._resume import ReaderState, mismatch
 from dataflow.serialize.codec import get_dumps, get_loads, sniff_codec
 
 __all__ = ["TFRecordData", "TFRecordSerializer"]
@@ -199,7 +205,7 @@ def _map_file(path: str) -> tuple[Any, Any]:
     return mm, mm.close
 
 
-class TFRecordData(DataFlow):
+class TFRecordData(ReaderState, DataFlow):
     """Yields the records of a TFRecord file, decoded with ``loads`` (or raw with
     ``decode=False``). Exact ``len``; any number of epochs; not reentrant.
 
@@ -211,6 +217,9 @@ class TFRecordData(DataFlow):
         verify: check the data checksums with the built-in reader (TensorFlow always does);
             the length checksums are always checked.
         decode: ``loads`` each record (codec detected from the first record).
+
+    ``state_dict()`` saves the epoch, the position and the byte offset of the next record;
+    ``load_state_dict()`` checks that a record starts there.
     """
 
     def __init__(
@@ -233,6 +242,9 @@ class TFRecordData(DataFlow):
         self._guard = DataFlowReentrantGuard("TFRecordData")
         self._pos = 0
         self._epoch = 0
+        self._resume: int | None = None
+        self._off = 0  # byte offset of the record after the last one delivered
+        self._batch: tuple[int, int, list[Any]] | None = None  # (offset, index, records)
         self._limit = size
         buf, closer = _map_file(self._path)
         try:
@@ -256,7 +268,7 @@ class TFRecordData(DataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         decode: Callable[[Any], Any] | None = get_loads(self._codec) if self._decode else None
-        if self._reader == "tf":
+        if self._reader == "tf" and not self._resume:
             return self._iter_tf(decode)
         return self._iter_builtin(decode)
 
@@ -276,13 +288,18 @@ class TFRecordData(DataFlow):
 
     def _iter_builtin(self, decode: Callable[[Any], Any] | None) -> Iterator[Any]:
         with self._guard:
-            self._epoch += 1
-            self._pos = 0
+            _, start = self._begin_epoch()
             buf, closer = _map_file(self._path)
             try:
                 scanner = _Scanner(buf, self._path, self._verify)
+                scanner.off, scanner.index = (self._off if start else 0), start
                 limit = self._limit
-                while recs := scanner.next_batch(limit):
+                while True:
+                    off, index = scanner.off, scanner.index
+                    recs = scanner.next_batch(limit)
+                    if not recs:
+                        break
+                    self._batch = (off, index, recs)
                     if decode is None:
                         for rec in recs:
                             self._pos += 1
@@ -297,39 +314,84 @@ class TFRecordData(DataFlow):
                 if limit is not None and self._pos < limit:
                     raise self._short(self._pos)
             finally:
+                self._off, self._batch = self._offset(), None
                 if closer is not None:
                     closer()
+                self._end_epoch()
 
     def _iter_tf(self, decode: Callable[[Any], Any] | None) -> Iterator[Any]:
         tf = import_optional("tensorflow", "TFRecordSerializer.load(reader='tf')")
         with self._guard:
-            self._epoch += 1
-            self._pos = 0
+            self._begin_epoch()
+            self._off = 0
             ds = tf.data.TFRecordDataset(self._path)
             if self._limit is not None:
                 ds = ds.take(self._limit)
             it = ds.as_numpy_iterator()
-            while True:
-                try:
-                    rec = next(it)
-                except StopIteration:
-                    break
-                except tf.errors.OpError as e:
-                    raise CorruptFileError(
-                        f"TFRecord file {self._path!r}: record {self._pos} cannot be read "
-                        f"({type(e).__name__}: {e.message}); the file is corrupt or truncated."
-                    ) from None
-                self._pos += 1
-                if decode is None:
-                    yield rec
-                    continue
-                try:
-                    dp = decode(rec)
-                except Exception as e:
-                    raise self._decode_error(e) from e
-                yield dp
+            try:
+                while True:
+                    try:
+                        rec = next(it)
+                    except StopIteration:
+                        break
+                    except tf.errors.OpError as e:
+                        raise CorruptFileError(
+                            f"TFRecord file {self._path!r}: record {self._pos} cannot be read "
+                            f"({type(e).__name__}: {e.message}); the file is corrupt or "
+                            "truncated."
+                        ) from None
+                    self._pos += 1
+                    self._off += 16 + len(rec)
+                    if decode is None:
+                        yield rec
+                        continue
+                    try:
+                        dp = decode(rec)
+                    except Exception as e:
+                        raise self._decode_error(e) from e
+                    yield dp
+            finally:
+                self._end_epoch()
             if self._limit is not None and self._pos < self._limit:
                 raise self._short(self._pos)
+
+    # ----------------------------------------------------------------- state
+    def _offset(self) -> int:
+        """The byte offset of the record after the last one delivered."""
+        if self._batch is None:
+            return self._off
+        off, index, recs = self._batch
+        return off + sum(16 + len(r) for r in recs[: self._pos - index])
+
+    def _state_extra(self) -> dict[str, Any]:
+        return {"offset": self._offset()}
+
+    def _check_extra(self, state: dict[str, Any]) -> None:
+        pos, off = state["pos"], state.get("offset")
+        buf, closer = _map_file(self._path)
+        try:
+            if off is None:  # a hand-made state: find the offset by a scan of the headers only
+                scanner = _Scanner(buf, self._path, verify=False)
+                while scanner.index < pos and scanner.next_batch(pos, want_data=False):
+                    pass
+                off = scanner.off
+            hint = "the state was saved from another file."
+            if (
+                not isinstance(off, int) or isinstance(off, bool)
+                or not 16 * pos <= off <= len(buf) or (pos == 0 and off != 0)
+            ):
+                raise mismatch(self, f"the byte offset of record {pos}, an int in",
+                               f"[{16 * pos}, {len(buf)}]", off, hint)
+            if off < len(buf):
+                try:
+                    _Scanner(buf, self._path, verify=False)._check_header(pos, off)
+                except (CorruptFileError, struct.error):
+                    raise mismatch(self, f"a record header at the offset of record {pos},",
+                                   f"byte {off}", "none", hint) from None
+        finally:
+            if closer is not None:
+                closer()
+        self._off = off
 
 
 class TFRecordSerializer:
