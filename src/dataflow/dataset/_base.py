@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from dataflow.base import DataFlowReentrantGuard, RNGDataFlow
+from dataflow.state import StateMismatchError, check_state, epoch_state
 
 __all__ = ["IndexedDataset", "check_choice"]
 
@@ -29,6 +30,10 @@ class IndexedDataset(RNGDataFlow):
     epochs started and finished; ``_position`` is the number of datapoints already produced in
     the current epoch (an iteration resumes from it). An iteration that ends, or is closed
     early, completes the epoch. Not reentrant.
+
+    Resumable (issue 9): ``state_dict()`` is ``{"type", "size", "shuffle", "epoch", "pos",
+    "done"[, "seed"]}``; after ``load_state_dict()`` the next ``__iter__`` continues the epoch
+    at ``pos`` (its order is re-derived from the seed; nothing before ``pos`` is loaded).
     """
 
     shuffle: bool = False
@@ -38,6 +43,8 @@ class IndexedDataset(RNGDataFlow):
         self.seed = seed
         self._epoch = 0
         self._position = 0
+        self._active = False  # an iteration of epoch `_epoch` is in progress
+        self._last_position = 0  # datapoints delivered in the epoch that ended last
         self._guard = DataFlowReentrantGuard(type(self).__name__)
 
     def __len__(self) -> int:
@@ -55,11 +62,46 @@ class IndexedDataset(RNGDataFlow):
     def __iter__(self) -> Iterator[list]:
         with self._guard:
             order = self._order(self._epoch)
+            self._active = True
             try:
                 while self._position < len(order):
                     index = int(order[self._position])
                     self._position += 1
                     yield self._datapoint(index)
             finally:
+                self._active = False
+                self._last_position = self._position
                 self._epoch += 1
                 self._position = 0
+
+    # ------------------------------------------------------------ resumable iteration
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch, position, size, shuffle and seed (no datapoint)."""
+        n = len(self)
+        if self.__dict__.get("_active") or self._position:  # an epoch in progress
+            counters = epoch_state(self._epoch, self._position, self._position >= n)
+        else:  # between epochs: the last one ended (or none started)
+            counters = epoch_state(self._epoch - 1, self.__dict__.get("_last_position", 0), True)
+        state: dict[str, Any] = {"type": type(self).__name__, "size": n,
+                                 "shuffle": bool(self.shuffle), **counters}
+        if self.shuffle:
+            state["seed"] = self._seed_state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state of the same dataset split (same size) and ``shuffle``."""
+        n = len(self)
+        check_state(state, self, size=n, shuffle=bool(self.shuffle))
+        pos = state.get("pos")
+        if not isinstance(pos, int) or isinstance(pos, bool) or not 0 <= pos <= n:
+            raise StateMismatchError(
+                f"state for stage {type(self).__name__}: expected a position in [0, {n}], "
+                f"found {pos!r}; the state is damaged."
+            )
+        if "seed" in state:
+            self._load_seed_state(state["seed"])
+        self._active = False
+        if state["done"]:
+            self._epoch, self._position, self._last_position = state["epoch"] + 1, 0, pos
+        else:
+            self._epoch, self._position = state["epoch"], pos
