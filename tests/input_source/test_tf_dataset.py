@@ -5,6 +5,8 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflow.input_source import TFDatasetInput, dataflow_to_dataset
 from dataflow.sources import DataFromList
@@ -216,3 +218,40 @@ def test_graph_mode_dataflow_exception_raises_from_the_step():
             train()
     assert seen == [0, 1, 2]
     src.close()
+
+
+_DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.bool_]
+
+
+@st.composite
+def _flows(draw):
+    """A list of datapoints of 1-3 components with fixed dtypes and rank, varying sizes."""
+    n_comp = draw(st.integers(1, 3))
+    dtypes = [draw(st.sampled_from(_DTYPES)) for _ in range(n_comp)]
+    ranks = [draw(st.integers(0, 2)) for _ in range(n_comp)]
+    n = draw(st.integers(1, 12))
+    dps = []
+    for k in range(n):
+        dp = []
+        for dtype, rank in zip(dtypes, ranks):
+            shape = [draw(st.integers(0, 3)) for _ in range(rank)]
+            size = int(np.prod(shape)) if shape else 1
+            dp.append((np.arange(size) + k).astype(dtype).reshape(shape))
+        dps.append(dp)
+    return dtypes, ranks, dps
+
+
+@settings(max_examples=25, deadline=None)
+@given(flow=_flows(), chunk=st.sampled_from([1, 3, 16]))
+def test_property_every_datapoint_arrives_once_in_order(flow, chunk):
+    dtypes, ranks, dps = flow
+    sig = [tf.TensorSpec([None] * r, tf.as_dtype(d), f"c{i}")
+           for i, (d, r) in enumerate(zip(dtypes, ranks))]
+    ds = dataflow_to_dataset(DataFromList(dps, shuffle=False), sig, chunk=chunk)
+    for _ in range(2):
+        got = [[t.numpy() for t in e] for e in ds]
+        assert len(got) == len(dps)
+        for g, want in zip(got, dps):
+            assert [(a.dtype, a.shape, a.tolist()) for a in g] == [
+                (w.dtype, w.shape, w.tolist()) for w in want
+            ]

@@ -1,7 +1,7 @@
 """The bridge from a DataFlow to tf.data: ``DataFlowFeeder`` and ``feeder_dataset``.
 
 The dataset pulls datapoints through a stateful ``tf.numpy_function``, several small ones per
-call (stacked, then unbatched), which is faster than ``tf.data.Dataset.from_generator``.
+call (stacked, then sliced), which is faster than ``tf.data.Dataset.from_generator``.
 """
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def feeder_dataset(
     """The ``tf.data.Dataset`` reading ``feeder``; each iteration starts a new epoch.
 
     ``chunk > 1`` pulls up to that many datapoints per Python call (consecutive ones of equal
-    shapes, stacked, at most ~1 MiB, then unbatched), which divides the per-call overhead.
+    shapes, stacked, at most ~1 MiB, then sliced), which divides the per-call overhead.
     """
     tf = import_tf()
     signature = feeder.signature
@@ -246,10 +246,15 @@ def feeder_dataset(
         return n > 0
 
     @tf.autograph.experimental.do_not_convert
+    def slices(_n, *comps):
+        return tf.data.Dataset.from_tensor_slices(pack(signature, comps))
+
+    @tf.autograph.experimental.do_not_convert
     def one_epoch(epoch):
         ds = tf.data.Dataset.from_tensors(epoch).repeat()
         if chunk > 1:
-            return ds.map(pull_chunk).take_while(not_empty).map(strip).unbatch()
+            # from_tensor_slices, not unbatch(): unbatch crashes TF 2.21 on zero-size tensors
+            return ds.map(pull_chunk).take_while(not_empty).flat_map(slices)
         return ds.map(pull).take_while(not_done).map(strip)
 
     ds = tf.data.Dataset.from_tensors(np.int64(0)).map(start).flat_map(one_epoch)
