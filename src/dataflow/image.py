@@ -14,6 +14,12 @@ Differences from tensorpack, on purpose:
 * ``copy=True`` skips the up-front copy when every augmentor is a built-in one (they never
   write into their input) and copies only a result that would share memory with the input
   (a crop view, an unflipped image); user-defined augmentors still get a private copy first.
+
+Resumable (issue 9): ``ImageFromFile`` saves epoch, position and seed (a restored flow reads
+no file before the position); the augmentation flows save their input's state and the stream of
+every augmentor in the tree, so a restored pipeline draws the same transforms. Not covered:
+randomness outside the augmentors' ``rng`` (albumentations / imgaug draw from their own
+generators). Saving a state derives the streams of augmentors that have not drawn yet.
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ from typing import Any
 import numpy as np
 
 from dataflow.base import DataFlow, RNGDataFlow
+from dataflow.sources import _load_epoch
+from dataflow.state import StateMismatchError, check_state, epoch_state, rng_from_state, rng_state
 from dataflow.wrappers.map import MapData, MapDataComponent
 
 __all__ = [
@@ -86,7 +94,10 @@ class ImageFromFile(RNGDataFlow):
         self.resize = None if resize is None else shape2d(resize, "resize")
         self.shuffle = shuffle
         self.seed = seed
-        self._epoch = 0
+        self._epoch = 0  # epochs started
+        self._pos = 0  # datapoints delivered in the epoch in progress
+        self._resume: int | None = None  # where the next __iter__ continues after a restore
+        self._done = False  # the epoch in progress ended (or its iterator was closed)
 
     def __len__(self) -> int:
         return len(self.files)
@@ -110,12 +121,44 @@ class ImageFromFile(RNGDataFlow):
         return img
 
     def __iter__(self) -> Iterator[list[np.ndarray]]:
+        start, self._resume = self._resume, None
+        if start is None:
+            self._epoch += 1
+            start = 0
+        self._pos, self._done = start, False
         order = list(self.files)
         if self.shuffle:
-            self._epoch_rng(self._epoch).shuffle(order)
-            self._epoch += 1
-        for path in order:
-            yield [self._read(path)]
+            self._epoch_rng(self._epoch - 1).shuffle(order)
+        try:
+            for path in order[start:]:
+                dp = [self._read(path)]
+                self._pos += 1
+                yield dp
+        finally:
+            self._done = True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch, position, number of files, shuffle and seed (the order is re-derived)."""
+        n = len(self.files)
+        state: dict[str, Any] = {
+            "type": "ImageFromFile", "size": n, "shuffle": bool(self.shuffle),
+            **epoch_state(self._epoch - 1, self._pos, self._done or self._pos >= n),
+        }
+        if self.shuffle:
+            state["seed"] = self._seed_state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        n = len(self.files)
+        check_state(state, self, size=n, shuffle=bool(self.shuffle))
+        pos = state.get("pos")
+        if not isinstance(pos, int) or isinstance(pos, bool) or not 0 <= pos <= n:
+            raise StateMismatchError(
+                f"state for stage ImageFromFile: expected a position in [0, {n}], found "
+                f"{pos!r}; the state is damaged."
+            )
+        _load_epoch(self, state)
+        self._done = bool(state["done"])
 
 
 # ---------------------------------------------------------------- augmentation flows
@@ -206,6 +249,61 @@ class _AugmentBase:
     def reset_state(self) -> None:
         self.ds.reset_state()  # type: ignore[attr-defined]
         self.augs.reset_state()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The input flow's state and every augmentor's random stream (see the module
+        docstring)."""
+        return {"type": type(self).__name__,
+                "augmentors": [rng_state(a.rng) for a in _augmentor_tree(self.augs)],
+                "child": self.ds.state_dict()}  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self)
+        augs = _augmentor_tree(self.augs)
+        saved = state.get("augmentors")
+        if not isinstance(saved, list) or len(saved) != len(augs):
+            found = len(saved) if isinstance(saved, list) else saved
+            raise StateMismatchError(
+                f"state for stage {type(self).__name__}: expected {len(augs)} augmentor streams "
+                f"(one per augmentor in {self.augs!r:.200}), found {found!r}; the state was "
+                "saved from a pipeline with other augmentors."
+            )
+        try:
+            rngs = [rng_from_state(s) for s in saved]
+        except (KeyError, TypeError, ValueError) as e:
+            raise StateMismatchError(
+                f"state for stage {type(self).__name__}: expected augmentor streams saved by "
+                f"dataflow.state.rng_state, found {saved!r:.120} ({type(e).__name__}: {e})."
+            ) from e
+        self.ds.load_state_dict(state["child"])  # type: ignore[attr-defined]
+        for aug, r in zip(augs, rngs):
+            aug.rng = r
+
+
+def _augmentor_tree(root: Any) -> list[Any]:
+    """``root`` and every augmentor inside it, each once, in a fixed order (depth first,
+    attributes by name)."""
+    imgaug = _imgaug()
+    out: list[Any] = []
+    seen: set[int] = set()
+
+    def visit(obj: Any) -> None:
+        if isinstance(obj, imgaug.ImageAugmentor):
+            if id(obj) in seen:
+                return
+            seen.add(id(obj))
+            out.append(obj)
+            attrs = getattr(obj, "__dict__", {})
+            for key in sorted(attrs):
+                if key != "_rng":
+                    visit(attrs[key])
+        elif isinstance(obj, list | tuple):
+            for x in obj:
+                if isinstance(x, imgaug.ImageAugmentor | list | tuple):
+                    visit(x)
+
+    visit(root)
+    return out
 
 
 def _mutable(dp: Any) -> Any:
