@@ -26,13 +26,10 @@ at an offset; the records are the same).
 from __future__ import annotations
 
 import importlib.util
-import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator
 from typing import Any
-
-import numpy as np
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard
 from dataflow.serialize._atomic import (
@@ -46,41 +43,15 @@ from dataflow.serialize._atomic import (
     serialize_error,
     sync_file,
 )
-from dataflow.serialize._crc32c import masked_crc32c_lengths, masked_crc32c_many
 from dataflow.serialize._resume import ReaderState, mismatch
+from dataflow.serialize._tfrecord_io import _BATCH_BYTES, _BATCH_RECORDS, frame_records, map_file
+from dataflow.serialize._tfrecord_io import Scanner as _Scanner
 from dataflow.serialize.codec import get_dumps, get_loads, sniff_codec
 
 __all__ = ["TFRecordData", "TFRecordSerializer"]
 
 READERS = ("auto", "builtin", "tf")
 DEFAULT_READER = "auto"  # TensorFlow when installed (issue 4); reader="builtin" is faster
-_BATCH_RECORDS = 1024
-_BATCH_BYTES = 8 << 20
-_HEADER = struct.Struct("<QI")
-_FOOTER = struct.Struct("<I")
-
-
-def frame_records(records: list[bytes]) -> bytes:
-    """The TFRecord framing of ``records``, concatenated."""
-    return b"".join(frame_parts(records))
-
-
-def frame_parts(records: list[bytes]) -> list[bytes]:
-    """The pieces of the TFRecord framing of ``records``, in file order (no big copy)."""
-    n = len(records)
-    lens = np.array([len(r) for r in records], dtype="<u8")
-    len_bytes = lens.tobytes()
-    len_views = [len_bytes[8 * i : 8 * i + 8] for i in range(n)]
-    len_crc = masked_crc32c_lengths(lens).astype("<u4").tobytes()
-    data_crc = masked_crc32c_many(records).astype("<u4").tobytes()
-    parts: list[bytes] = []
-    add = parts.append
-    for i in range(n):
-        add(len_views[i])
-        add(len_crc[4 * i : 4 * i + 4])
-        add(records[i])
-        add(data_crc[4 * i : 4 * i + 4])
-    return parts
 
 
 def _resolve_reader(reader: str | None) -> str:
@@ -94,116 +65,6 @@ def _resolve_reader(reader: str | None) -> str:
     if reader == "auto":
         reader = "tf" if importlib.util.find_spec("tensorflow") is not None else "builtin"
     return reader
-
-
-class _Scanner:
-    """Walks the records of a TFRecord file held in a buffer, checking framing and CRCs."""
-
-    def __init__(self, buf: Any, path: str, verify: bool) -> None:
-        self.buf = buf
-        self.size = len(buf)
-        self.path = path
-        self.verify = verify
-        self.off = 0
-        self.index = 0
-        self.pending: CorruptFileError | None = None
-
-    def _bad_header(self, i: int, off: int, why: str) -> CorruptFileError:
-        hint = " (it is not a TFRecord file)" if i == 0 else ""
-        return CorruptFileError(
-            f"TFRecord file {self.path!r}: record {i} at byte {off} {why}{hint}; the file is "
-            "corrupt or truncated."
-        )
-
-    def _check_header(self, i: int, off: int) -> None:
-        n, stored = _HEADER.unpack_from(self.buf, off)
-        if int(masked_crc32c_lengths([n])[0]) != stored:
-            raise self._bad_header(i, off, "has a bad length checksum")
-
-    def next_batch(self, limit: int | None, want_data: bool = True) -> list[Any]:
-        """Up to a batch of records (``bytes``; or ``None`` when not ``want_data``).
-
-        The records before a damaged one are returned first; the error is raised by the next
-        call, so a consumer gets every good record and then an error naming the bad one.
-        """
-        if self.pending is not None:
-            err, self.pending = self.pending, None
-            raise err
-        buf, size, off, i = self.buf, self.size, self.off, self.index
-        recs: list[Any] = []
-        hdrs: list[int] = []
-        hcrc: list[int] = []
-        dcrc: list[int] = []
-        offsets: list[int] = []
-        nbytes = 0
-        unpack, unfoot = _HEADER.unpack_from, _FOOTER.unpack_from
-        keep = self.verify or want_data
-        try:
-            while off < size and len(recs) < _BATCH_RECORDS and nbytes < _BATCH_BYTES:
-                if limit is not None and i >= limit:
-                    break
-                if off + 12 > size:
-                    raise self._bad_header(i, off, f"is cut short ({size - off} header bytes)")
-                n, hc = unpack(buf, off)
-                end = off + 16 + n
-                if end > size:
-                    self._check_header(i, off)
-                    raise self._bad_header(i, off, f"is cut short (needs {n} bytes of data)")
-                offsets.append(off)
-                hdrs.append(n)  # length checksums are always checked
-                hcrc.append(hc)
-                if self.verify:
-                    dcrc.append(unfoot(buf, end - 4)[0])
-                recs.append(buf[off + 12 : end - 4] if keep else None)
-                nbytes += n
-                off = end
-                i += 1
-        except CorruptFileError as e:
-            if not recs:
-                raise
-            self.pending = e
-        if recs:
-            bad, err = self._verify(hdrs, hcrc, recs, dcrc, offsets)
-            if err is not None:
-                if not bad:
-                    raise err
-                self.pending = err
-                del recs[bad:]
-                i = self.index + bad
-                off = offsets[bad]
-        if not want_data:
-            recs = [None] * len(recs)
-        self.off, self.index = off, i
-        return recs
-
-    def _verify(
-        self, hdrs: list, hcrc: list, recs: list, dcrc: list, offsets: list
-    ) -> tuple[int, CorruptFileError | None]:
-        """(index in the batch of the first damaged record, its error) or (0, None)."""
-        bad = np.flatnonzero(masked_crc32c_lengths(hdrs) != np.array(hcrc, dtype=np.uint32))
-        if bad.size:
-            j = int(bad[0])
-            return j, self._bad_header(self.index + j, offsets[j], "has a bad length checksum")
-        if not self.verify:
-            return 0, None
-        bad = np.flatnonzero(masked_crc32c_many(recs) != np.array(dcrc, dtype=np.uint32))
-        if bad.size:
-            j = int(bad[0])
-            return j, CorruptFileError(
-                f"TFRecord file {self.path!r}: record {self.index + j} at byte {offsets[j]} has a "
-                "bad data checksum; the file is corrupt."
-            )
-        return 0, None
-
-
-def _map_file(path: str) -> tuple[Any, Any]:
-    """``(buffer, closer)`` over the file's bytes (an mmap; ``b''`` for an empty file)."""
-    with open(path, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return b"", None
-        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    return mm, mm.close
-
 
 class TFRecordData(ReaderState, DataFlow):
     """Yields the records of a TFRecord file, decoded with ``loads`` (or raw with
@@ -246,7 +107,7 @@ class TFRecordData(ReaderState, DataFlow):
         self._off = 0  # byte offset of the record after the last one delivered
         self._batch: tuple[int, int, list[Any]] | None = None  # (offset, index, records)
         self._limit = size
-        buf, closer = _map_file(self._path)
+        buf, closer = map_file(self._path)
         try:
             scanner = _Scanner(buf, self._path, verify=False)
             first = scanner.next_batch(1)
@@ -289,7 +150,7 @@ class TFRecordData(ReaderState, DataFlow):
     def _iter_builtin(self, decode: Callable[[Any], Any] | None) -> Iterator[Any]:
         with self._guard:
             _, start = self._begin_epoch()
-            buf, closer = _map_file(self._path)
+            buf, closer = map_file(self._path)
             try:
                 scanner = _Scanner(buf, self._path, self._verify)
                 scanner.off, scanner.index = (self._off if start else 0), start
@@ -368,7 +229,7 @@ class TFRecordData(ReaderState, DataFlow):
 
     def _check_extra(self, state: dict[str, Any]) -> None:
         pos, off = state["pos"], state.get("offset")
-        buf, closer = _map_file(self._path)
+        buf, closer = map_file(self._path)
         try:
             if off is None:  # a hand-made state: find the offset by a scan of the headers only
                 scanner = _Scanner(buf, self._path, verify=False)
