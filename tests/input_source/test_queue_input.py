@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from dataflow.errors import DataFlowTerminated
 from dataflow.input_source import BatchQueueInput, QueueInput
 from dataflow.sources import DataFromList
 from tests.input_source._common import (
@@ -280,4 +281,26 @@ def test_refill_queue_restarts_the_epoch_in_tf2_and_graph():
             src.refill_queue()
             got += [int(sess.run(i)) for _ in range(6)]
     assert got == [0, 1, 0, 1, 2, 3, 4, 0]
+    src.close()
+
+
+class _Terminating(Counting):
+    def __iter__(self):
+        yield from super().__iter__()
+        raise DataFlowTerminated("the remote end went away")
+
+
+def test_terminated_dataflow_ends_the_queue_instead_of_hanging():
+    src = QueueInput(_Terminating(3))
+    src.setup(COUNT_SIG)
+
+    @tf.function
+    def step():
+        return src.get_input_tensors()[1]
+
+    assert [int(step()) for _ in range(3)] == [0, 1, 2]
+    start = time.monotonic()
+    with pytest.raises(tf.errors.OutOfRangeError, match="closed"):
+        step()
+    assert time.monotonic() - start < 5
     src.close()

@@ -96,8 +96,8 @@ class _EnqueueThread(threading.Thread):
                 self.enqueued += 1
                 if self.enqueued % self.source.report_every == 0:
                     self.source._report_fill(self.queue_size())
-        except quiet:
-            pass
+        except quiet:  # the queue was closed, or the dataflow ended for good:
+            self.close_queue(cancel=False)  # dequeues then fail instead of waiting forever
         except BaseException as e:
             if self.stop_event.is_set() or _closed_session_error(e):
                 return
