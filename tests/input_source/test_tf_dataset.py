@@ -255,3 +255,18 @@ def test_property_every_datapoint_arrives_once_in_order(flow, chunk):
             assert [(a.dtype, a.shape, a.tolist()) for a in g] == [
                 (w.dtype, w.shape, w.tolist()) for w in want
             ]
+
+
+class _Unhashable(Counting):
+    __hash__ = None  # e.g. a flow that defines __eq__
+
+    def __eq__(self, other):
+        return self is other
+
+
+def test_reset_once_for_unhashable_flows_shared_by_two_datasets():
+    df = _Unhashable(3)
+    a = dataflow_to_dataset(df)
+    b = dataflow_to_dataset(df, cardinality=None)
+    assert [as_plain(*e) for e in a] == [as_plain(*e) for e in b] == expected_counting(3)
+    assert df.resets == 1

@@ -30,15 +30,26 @@ __all__ = ["DataFlowFeeder", "check_dataflow", "feeder_dataset", "known_length",
 
 _CHUNK_BYTES = 1 << 20
 _reset_pids: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_reset_by_id: dict[int, tuple[int, Any]] = {}  # flows that cannot be weak keys: id -> (pid, ref)
 _reset_lock = threading.Lock()
 
 
 def reset_once(df: DataFlow) -> DataFlow:
     """Calls ``df.reset_state()`` unless this process already did it through an input source."""
+    pid = os.getpid()
     with _reset_lock:
-        if _reset_pids.get(df) != os.getpid():
+        try:
+            done = _reset_pids.get(df) == pid
+        except TypeError:  # unhashable or not weak-referenceable: remember it by identity
+            entry = _reset_by_id.get(id(df))
+            done = entry is not None and entry[0] == pid and entry[1] is df
+            if not done:
+                df.reset_state()
+                _reset_by_id[id(df)] = (pid, df)
+            return df
+        if not done:
             df.reset_state()
-            _reset_pids[df] = os.getpid()
+            _reset_pids[df] = pid
     return df
 
 
