@@ -5,6 +5,8 @@ import time
 import numpy as np
 import pytest
 import tensorflow as tf
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflow.errors import DataFlowTerminated
 from dataflow.input_source import BatchQueueInput, QueueInput
@@ -304,3 +306,15 @@ def test_terminated_dataflow_ends_the_queue_instead_of_hanging():
         step()
     assert time.monotonic() - start < 5
     src.close()
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    values=st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=8),
+    width=st.integers(0, 3),
+)
+def test_property_queue_repeats_epochs_in_order(values, width):
+    dps = [[np.full((width,), v, np.int64), np.float32(v % 7)] for v in values]
+    with QueueInput(DataFromList(dps, shuffle=False)) as src:
+        got = [(a.numpy().tolist(), float(b)) for a, b in src.to_dataset().take(2 * len(dps))]
+    assert got == [([v] * width, float(v % 7)) for v in values] * 2

@@ -68,12 +68,14 @@ def test_graph_mode_staging_area_trains_in_order(nr_stage):
         tensors = src.get_input_tensors()
         assert tensors[0].op.type == "Unstage"
         other = tf.constant(1.0) * 2
+        (staged,) = src.staged_size_ops
         with tf.compat.v1.train.MonitoredSession(hooks=cbs) as sess:
             got = []
             for k in range(12):
                 got.append(as_plain(*sess.run(tensors)))
                 if k % 3 == 0:
                     sess.run(other)  # does not consume the input: nothing is staged
+                assert sess.run(staged) == nr_stage
     assert got == expected_counting(6) * 2
     src.close()
 

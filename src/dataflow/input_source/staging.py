@@ -108,6 +108,7 @@ class StagingInput(FeedfreeInput):
         self.device: str | None = None
         self._stage_ops: list = []
         self._unstage_ops: list = []
+        self.staged_size_ops: list = []  # graph mode: one size op per staging area
 
     def _resolve_device(self) -> str | None:
         if self._device_arg is not None:
@@ -145,6 +146,7 @@ class StagingInput(FeedfreeInput):
             out.set_shape(inp.shape)
         self._stage_ops.append(put)
         self._unstage_ops.append(outputs[0].op)
+        self.staged_size_ops.append(stage.size())
         return list(outputs)
 
     def _get_callbacks(self) -> list[InputCallback]:
