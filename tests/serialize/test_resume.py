@@ -265,6 +265,26 @@ def test_tfrecord_resume_starts_reading_at_the_offset(tmp_path):
     assert [to_plain(dp) for dp in fresh] == rest == to_plain(dps[4:])
 
 
+# ---------------------------------------------------------------------------- compositions
+def test_readers_inside_wrappers(tmp_path):
+    """Parents that create a child's iterator before (or without) reading it: the epoch
+    belongs to the iterator from its creation."""
+    from dataflow.wrappers import BatchData, FixedSizeData, LocallyShuffleData, RandomMixData
+
+    lm, tf = _save_lmdb(tmp_path / "a.lmdb", 7), _save_tfrecord(tmp_path / "a.tfrecord")
+
+    def lmdb_reader():
+        return LMDBSerializer.load(lm, shuffle=True, seed=1)
+
+    def tf_reader():
+        return TFRecordSerializer.load(tf, reader="builtin")
+
+    check_resume(lambda: RandomMixData([lmdb_reader(), tf_reader()], seed=5), epochs=3)
+    check_resume(lambda: FixedSizeData(lmdb_reader(), 3, keep_state=False), epochs=3)
+    check_resume(lambda: FixedSizeData(tf_reader(), 4), epochs=3)
+    check_resume(lambda: BatchData(LocallyShuffleData(tf_reader(), 3, seed=2), 2), epochs=2)
+
+
 # ---------------------------------------------------------------------------- epoch bounds
 def test_closed_iteration_ends_the_epoch(tmp_path):
     path = _save_lmdb(tmp_path / "a.lmdb")

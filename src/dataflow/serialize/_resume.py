@@ -2,7 +2,8 @@
 
 A reader counts ``_epoch`` (epochs started), ``_pos`` (datapoints delivered in the epoch in
 progress) and ``_resume`` (the position the next ``__iter__`` continues from after
-:meth:`ReaderState.load_state_dict`, else ``None``). Its state is
+:meth:`ReaderState.load_state_dict`, else ``None``); ``__iter__`` begins the epoch when it is
+called (see :meth:`ReaderState._begin_epoch`) and returns the generator. Its state is
 ``{"type", "size", "shuffle", "epoch", "pos", "done"[, "seed"]}`` plus what
 :meth:`ReaderState._state_extra` adds (an LMDB key, a TFRecord byte offset). Resuming never
 re-reads the delivered part: the readers seek (cursor key, byte offset, index arithmetic).
@@ -35,19 +36,27 @@ class ReaderState:
     _shuffle: bool = False
     _finished: bool = False  # the epoch in progress ended (also: its iterator was closed)
 
-    def _begin_epoch(self) -> tuple[int, int]:
-        """Start the next epoch, or continue a restored one: ``(epoch index, start)``."""
+    def _begin_epoch(self) -> tuple[object, int, int]:
+        """Start the next epoch, or continue a restored one: ``(token, epoch index, start)``.
+
+        Called by ``__iter__`` itself, not lazily by its generator: the epoch belongs to the
+        iterator from the moment it is created (a parent that creates its children's
+        iterators up front, such as ``RandomMixData``, saves their states in this epoch).
+        """
         start, self._resume = self._resume, None
         if start is None:
             self._epoch += 1
             start = 0
         self._pos = start
         self._finished = False
-        return self._epoch - 1, start
+        self._token = token = object()
+        return token, self._epoch - 1, start
 
-    def _end_epoch(self) -> None:
-        """Called when an iteration ends or is closed: the next ``__iter__`` starts a new epoch."""
-        self._finished = True
+    def _end_epoch(self, token: object) -> None:
+        """Called when the iteration ``token`` ends or is closed: unless a newer iterator
+        already began an epoch, the epoch is over (the next ``__iter__`` starts a new one)."""
+        if self.__dict__.get("_token") is token:
+            self._finished = True
 
     def _state_extra(self) -> dict[str, Any]:
         """Reader-specific entries of the state (positions in the file)."""
@@ -78,5 +87,10 @@ class ReaderState:
             raise mismatch(self, "a position in", f"[0, {n}]", pos, "the state is damaged.")
         if not state["done"]:
             self._check_extra(state)
+        self._token = None  # an iterator still alive no longer owns the epoch
+        self._forget_iteration()
         _load_epoch(self, state)
         self._finished = bool(state["done"])
+
+    def _forget_iteration(self) -> None:
+        """Drop what the reader keeps about the iteration in progress (cursors, batches)."""

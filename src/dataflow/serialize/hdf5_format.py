@@ -117,8 +117,10 @@ class HDF5Data(ReaderState, RNGDataFlow):
         return self._size
 
     def __iter__(self) -> Iterator[list[Any]]:
+        return self._run(*self._begin_epoch())
+
+    def _run(self, token: object, epoch: int, start: int) -> Iterator[list[Any]]:
         with self._guard:
-            epoch, start = self._begin_epoch()
             cols = self._columns
             try:
                 if self._shuffle:
@@ -135,7 +137,7 @@ class HDF5Data(ReaderState, RNGDataFlow):
                     for self._pos, dp in enumerate(rows, start + 1):
                         yield list(dp)
             finally:
-                self._end_epoch()
+                self._end_epoch(token)
 
 
 class _Column:

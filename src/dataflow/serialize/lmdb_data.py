@@ -281,10 +281,16 @@ class LMDBData(ReaderState, RNGDataFlow):
         return ((k, v) for k, v in cur if k != KEYS_KEY)
 
     def _iter(self, decode: Callable[[bytes], Any] | None) -> Iterator[Any]:
+        token, epoch, start = self._begin_epoch()
+        self._cursor = None
+        return self._run(decode, token, epoch, start)
+
+    def _run(
+        self, decode: Callable[[bytes], Any] | None, token: object, epoch: int, start: int
+    ) -> Iterator[Any]:
         self._open()
         by_key = self._shuffle or self._explicit_keys
         with self._guard, self._env.begin(buffers=False) as txn:
-            epoch, start = self._begin_epoch()
             try:
                 if by_key:
                     yield from self._iter_keys(txn, decode, epoch, start)
@@ -302,8 +308,9 @@ class LMDBData(ReaderState, RNGDataFlow):
                             raise
                         raise self._decode_error(e, epoch) from e
             finally:
-                self._cursor = None
-                self._end_epoch()
+                if self._token is token:
+                    self._cursor = None
+                self._end_epoch(token)
 
     def _iter_keys(
         self, txn: Any, decode: Callable[[bytes], Any] | None, epoch: int, start: int
@@ -342,6 +349,9 @@ class LMDBData(ReaderState, RNGDataFlow):
         if self._cursor is not None and self._pos:
             key = self._cursor.key()  # the cursor is on the datapoint delivered last
         return {"key": None if key is None or not self._pos else bytes(key).hex()}
+
+    def _forget_iteration(self) -> None:
+        self._cursor = None
 
     def _check_extra(self, state: dict[str, Any]) -> None:
         if self._shuffle or self._explicit_keys or not state["pos"]:

@@ -62,8 +62,10 @@ class NumpyData(ReaderState, RNGDataFlow):
         return len(self._items)
 
     def __iter__(self) -> Iterator[Any]:
+        return self._run(*self._begin_epoch())
+
+    def _run(self, token: object, epoch: int, start: int) -> Iterator[Any]:
         with self._guard:
-            epoch, start = self._begin_epoch()
             items = self._items
             try:
                 if self._shuffle:
@@ -74,7 +76,7 @@ class NumpyData(ReaderState, RNGDataFlow):
                     for self._pos, dp in enumerate(items[start:] if start else items, start + 1):
                         yield dp
             finally:
-                self._end_epoch()
+                self._end_epoch(token)
 
 
 def _read_npy(fp: Any) -> Any:

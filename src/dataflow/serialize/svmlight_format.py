@@ -47,12 +47,14 @@ class SVMLightData(ReaderState, RNGDataFlow):
         return len(self.y)
 
     def __iter__(self) -> Iterator[list[Any]]:
+        return self._run(*self._begin_epoch())
+
+    def _run(self, token: object, epoch: int, start: int) -> Iterator[list[Any]]:
         with self._guard:
-            epoch, start = self._begin_epoch()
             n = len(self.y)
             order = self._epoch_rng(epoch).permutation(n).tolist() if self._shuffle else range(n)
             try:
                 for self._pos, i in enumerate(order[start:], start + 1):
                     yield [self.X[i], self.y[i]]
             finally:
-                self._end_epoch()
+                self._end_epoch(token)

@@ -129,9 +129,13 @@ class TFRecordData(ReaderState, DataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         decode: Callable[[Any], Any] | None = get_loads(self._codec) if self._decode else None
-        if self._reader == "tf" and not self._resume:
-            return self._iter_tf(decode)
-        return self._iter_builtin(decode)
+        token, _, start = self._begin_epoch()
+        self._batch = None
+        if not start:
+            self._off = 0
+        if self._reader == "tf" and not start:
+            return self._iter_tf(decode, token)
+        return self._iter_builtin(decode, token, start, self._off)
 
     def _short(self, got: int) -> CorruptFileError:
         return CorruptFileError(
@@ -147,13 +151,14 @@ class TFRecordData(ReaderState, DataFlow):
             "Use decode=False for raw records."
         )
 
-    def _iter_builtin(self, decode: Callable[[Any], Any] | None) -> Iterator[Any]:
+    def _iter_builtin(
+        self, decode: Callable[[Any], Any] | None, token: object, start: int, offset: int
+    ) -> Iterator[Any]:
         with self._guard:
-            _, start = self._begin_epoch()
             buf, closer = map_file(self._path)
             try:
                 scanner = _Scanner(buf, self._path, self._verify)
-                scanner.off, scanner.index = (self._off if start else 0), start
+                scanner.off, scanner.index = offset, start
                 limit = self._limit
                 while True:
                     off, index = scanner.off, scanner.index
@@ -175,16 +180,15 @@ class TFRecordData(ReaderState, DataFlow):
                 if limit is not None and self._pos < limit:
                     raise self._short(self._pos)
             finally:
-                self._off, self._batch = self._offset(), None
+                if self._token is token:
+                    self._off, self._batch = self._offset(), None
                 if closer is not None:
                     closer()
-                self._end_epoch()
+                self._end_epoch(token)
 
-    def _iter_tf(self, decode: Callable[[Any], Any] | None) -> Iterator[Any]:
+    def _iter_tf(self, decode: Callable[[Any], Any] | None, token: object) -> Iterator[Any]:
         tf = import_optional("tensorflow", "TFRecordSerializer.load(reader='tf')")
         with self._guard:
-            self._begin_epoch()
-            self._off = 0
             ds = tf.data.TFRecordDataset(self._path)
             if self._limit is not None:
                 ds = ds.take(self._limit)
@@ -212,7 +216,7 @@ class TFRecordData(ReaderState, DataFlow):
                         raise self._decode_error(e) from e
                     yield dp
             finally:
-                self._end_epoch()
+                self._end_epoch(token)
             if self._limit is not None and self._pos < self._limit:
                 raise self._short(self._pos)
 
@@ -226,6 +230,9 @@ class TFRecordData(ReaderState, DataFlow):
 
     def _state_extra(self) -> dict[str, Any]:
         return {"offset": self._offset()}
+
+    def _forget_iteration(self) -> None:
+        self._batch = None
 
     def _check_extra(self, state: dict[str, Any]) -> None:
         pos, off = state["pos"], state.get("offset")
