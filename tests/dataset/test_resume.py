@@ -171,6 +171,27 @@ def test_resume_loads_only_the_rest():
     assert [dp[0] for dp in other] == [dp[0] for dp in it]
 
 
+def test_loaders_inside_wrappers():
+    """Parents that create a child's iterator before (or without) reading it."""
+    from dataflow.wrappers import FixedSizeData, RandomMixData
+
+    check_resume(lambda: RandomMixData([Tiny(n=4, seed=1), Tiny(n=3, shuffle=False)], seed=2),
+                 epochs=3)
+    check_resume(lambda: FixedSizeData(Tiny(n=5, seed=3), 3, keep_state=False), epochs=3)
+    check_resume(lambda: FixedSizeData(Tiny(n=5, seed=3), 3), epochs=3)
+
+
+def test_a_failed_second_iteration_leaves_the_first_intact():
+    df = Tiny(n=4, shuffle=False)
+    df.reset_state()
+    it = iter(df)
+    assert next(it) == [0]
+    with pytest.raises(RuntimeError, match="not reentrant"):
+        next(iter(df))
+    assert [dp[0] for dp in it] == [1, 2, 3]
+    assert df.state_dict()["epoch"] == 0 and [dp[0] for dp in df] == [0, 1, 2, 3]
+
+
 def test_mismatch_names_stage_expected_and_found(request):
     make = _mnist(request, Mnist)
     df = make(True)

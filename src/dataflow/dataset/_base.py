@@ -34,6 +34,9 @@ class IndexedDataset(RNGDataFlow):
     Resumable (issue 9): ``state_dict()`` is ``{"type", "size", "shuffle", "epoch", "pos",
     "done"[, "seed"]}``; after ``load_state_dict()`` the next ``__iter__`` continues the epoch
     at ``pos`` (its order is re-derived from the seed; nothing before ``pos`` is loaded).
+    An iterator owns the epoch from its creation: a parent that creates its children's
+    iterators up front (``RandomMixData``) saves their states in that epoch, and a second
+    ``__iter__`` while the owner never started abandons the owner's epoch.
     """
 
     shuffle: bool = False
@@ -43,7 +46,8 @@ class IndexedDataset(RNGDataFlow):
         self.seed = seed
         self._epoch = 0
         self._position = 0
-        self._active = False  # an iteration of epoch `_epoch` is in progress
+        self._owner: object = None  # the iterator that owns epoch `_epoch`, if any
+        self._owner_started = False
         self._last_position = 0  # datapoints delivered in the epoch that ended last
         self._guard = DataFlowReentrantGuard(type(self).__name__)
 
@@ -60,25 +64,43 @@ class IndexedDataset(RNGDataFlow):
         return order
 
     def __iter__(self) -> Iterator[list]:
+        token = object()
+        owner = self.__dict__.get("_owner")
+        if owner is not None and not self._owner_started:
+            self._end_epoch()  # the owner never ran: its epoch is abandoned
+            owner = None
+        if owner is None:  # claim the epoch now (one in progress is claimed when it ends)
+            self._owner, self._owner_started = token, False
+        return self._run(token)
+
+    def _run(self, token: object) -> Iterator[list]:
         with self._guard:
+            if self._owner is not token:  # the previous owner was closed, or never started
+                if self._owner is not None:
+                    self._end_epoch()
+                self._owner = token
+            self._owner_started = True
             order = self._order(self._epoch)
-            self._active = True
             try:
                 while self._position < len(order):
                     index = int(order[self._position])
                     self._position += 1
                     yield self._datapoint(index)
             finally:
-                self._active = False
-                self._last_position = self._position
-                self._epoch += 1
-                self._position = 0
+                if self._owner is token:
+                    self._end_epoch()
+
+    def _end_epoch(self) -> None:
+        self._owner, self._owner_started = None, False
+        self._last_position = self._position
+        self._epoch += 1
+        self._position = 0
 
     # ------------------------------------------------------------ resumable iteration
     def state_dict(self) -> dict[str, Any]:
         """Epoch, position, size, shuffle and seed (no datapoint)."""
         n = len(self)
-        if self.__dict__.get("_active") or self._position:  # an epoch in progress
+        if self.__dict__.get("_owner") is not None or self._position:  # an epoch in progress
             counters = epoch_state(self._epoch, self._position, self._position >= n)
         else:  # between epochs: the last one ended (or none started)
             counters = epoch_state(self._epoch - 1, self.__dict__.get("_last_position", 0), True)
@@ -100,7 +122,7 @@ class IndexedDataset(RNGDataFlow):
             )
         if "seed" in state:
             self._load_seed_state(state["seed"])
-        self._active = False
+        self._owner, self._owner_started = None, False  # a live iterator no longer owns it
         if state["done"]:
             self._epoch, self._position, self._last_position = state["epoch"] + 1, 0, pos
         else:
