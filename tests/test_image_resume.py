@@ -60,6 +60,15 @@ def test_image_from_file_resume_reads_no_delivered_file(files):
     assert [int(dp[0][0, 0, 0]) for dp in fresh] == rest
 
 
+def test_image_from_file_inside_wrappers(files):
+    from dataflow.wrappers import FixedSizeData, RandomMixData
+
+    check_resume(lambda: RandomMixData([ImageFromFile(files, shuffle=True, seed=1),
+                                        ImageFromFile(files[:2])], seed=2), epochs=2)
+    check_resume(lambda: FixedSizeData(ImageFromFile(files, shuffle=True, seed=1), 3,
+                                       keep_state=False), epochs=3)
+
+
 def _images(n=6):
     rng = np.random.default_rng(0)
     return [[rng.integers(0, 255, (8, 10, 3), dtype=np.uint8), i] for i in range(n)]

@@ -98,6 +98,7 @@ class ImageFromFile(RNGDataFlow):
         self._pos = 0  # datapoints delivered in the epoch in progress
         self._resume: int | None = None  # where the next __iter__ continues after a restore
         self._done = False  # the epoch in progress ended (or its iterator was closed)
+        self._token: object = None  # the iterator of the epoch in progress
 
     def __len__(self) -> int:
         return len(self.files)
@@ -121,6 +122,8 @@ class ImageFromFile(RNGDataFlow):
         return img
 
     def __iter__(self) -> Iterator[list[np.ndarray]]:
+        # the epoch begins now, not on the first next(): parents that create their children's
+        # iterators up front save the children's states in the new epoch
         start, self._resume = self._resume, None
         if start is None:
             self._epoch += 1
@@ -129,13 +132,18 @@ class ImageFromFile(RNGDataFlow):
         order = list(self.files)
         if self.shuffle:
             self._epoch_rng(self._epoch - 1).shuffle(order)
+        self._token = token = object()
+        return self._run(order[start:], token)
+
+    def _run(self, paths: list[str], token: object) -> Iterator[list[np.ndarray]]:
         try:
-            for path in order[start:]:
+            for path in paths:
                 dp = [self._read(path)]
                 self._pos += 1
                 yield dp
         finally:
-            self._done = True
+            if self._token is token:  # unless a newer iterator began an epoch
+                self._done = True
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch, position, number of files, shuffle and seed (the order is re-derived)."""
@@ -158,7 +166,7 @@ class ImageFromFile(RNGDataFlow):
                 f"{pos!r}; the state is damaged."
             )
         _load_epoch(self, state)
-        self._done = bool(state["done"])
+        self._done, self._token = bool(state["done"]), None
 
 
 # ---------------------------------------------------------------- augmentation flows
