@@ -154,3 +154,17 @@ def children_pids() -> list[int]:
 def sleepy_pid(dp: list) -> list:
     time.sleep(0.01)
     return [dp[0], os.getpid()]
+
+
+class Cv2Threads(DataFlow):
+    """``[cv2.getNumThreads(), os.environ['OMP_NUM_THREADS']]`` seen inside the worker."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __iter__(self) -> Iterator[Any]:
+        import cv2
+
+        img = np.zeros((512, 512, 3), np.uint8)
+        cv2.GaussianBlur(img, (5, 5), 1)  # uses OpenCV's parallel_for
+        yield [cv2.getNumThreads(), os.environ.get("OMP_NUM_THREADS")]

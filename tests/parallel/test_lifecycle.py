@@ -11,6 +11,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
@@ -24,6 +25,7 @@ from dataflow.parallel._lifecycle import check_picklable, get_context
 from tests.parallel import flows
 
 ROOT = Path(__file__).resolve().parents[2]
+ORIGINAL_ENV = dict(os.environ)
 
 PRELUDE = """
 import os, sys, time, itertools
@@ -260,3 +262,16 @@ time.sleep(60)
         proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_forked_workers_get_single_threaded_opencv_without_deadlock():
+    cv2 = pytest.importorskip("cv2")
+    img = np.zeros((1024, 1024, 3), np.uint8)
+    for _ in range(3):  # start OpenCV's thread pool in this process
+        cv2.GaussianBlur(img, (5, 5), 1)
+    before = cv2.getNumThreads()
+    for _ in range(3):
+        with MultiProcessRunnerZMQ(flows.Cv2Threads(), 2) as r:
+            assert list(r) == [[1, "1"]]
+        assert cv2.getNumThreads() == before  # restored in the consumer
+    assert os.environ.get("OMP_NUM_THREADS") == ORIGINAL_ENV.get("OMP_NUM_THREADS")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import sys
 
 import numpy as np
@@ -12,9 +13,15 @@ from dataflow.parallel._transport import (
     PLAIN_DECODER,
     Endpoint,
     FrameCodec,
+    FrameDecoder,
     import_zmq,
 )
-from dataflow.parallel.shared_memory import SharedMemoryWriter, cleanup_segments, shm_available
+from dataflow.parallel.shared_memory import (
+    Ring,
+    SharedMemoryWriter,
+    cleanup_segments,
+    shm_available,
+)
 
 
 def _through_zmq(frames):
@@ -45,8 +52,8 @@ def test_large_arrays_go_out_of_band_without_copies():
     fortran = np.asfortranarray(np.ones((200, 300)))
     strided = np.ones((400, 400))[::2]  # not contiguous: stays in band
     frames = FrameCodec().encode({"big": big, "f": fortran, "s": strided})
-    assert len(frames) == 4  # head, flags, two buffers
-    assert bytes(frames[1]) == b"\x00\x00"
+    assert len(frames) == 4  # head, meta, two buffers
+    assert pickle.loads(frames[1]) == [None, None]
     assert np.shares_memory(np.frombuffer(frames[2], np.int32), big)
     out = PLAIN_DECODER.decode(_through_zmq(frames))
     assert np.array_equal(out["big"], big)
@@ -62,8 +69,8 @@ def test_shared_memory_frames():
     try:
         arr = np.random.default_rng(0).integers(0, 255, (1024, 1024, 2), dtype=np.uint8)
         frames = codec.encode([arr])
-        assert bytes(frames[1]) == b"\x01"
-        assert frames[2] == b"dataflow-codec-test-0-0"
+        assert len(frames) == 2
+        assert pickle.loads(frames[1]) == ["dataflow-codec-test-0-0"]
         out = PLAIN_DECODER.decode(_through_zmq(frames))
         assert np.array_equal(out[0], arr)
         assert out[0].flags.writeable
@@ -81,3 +88,33 @@ def test_endpoint_is_private():
         assert "ipc://" in e.address or e.address.startswith("tcp://127.0.0.1")
     assert Endpoint("x").address != e.address
     e.cleanup()
+
+
+def test_ring_frames_are_copied_out_and_released():
+    ring = Ring(1 << 20)
+    decoder = FrameDecoder([Ring(1 << 16), ring])  # worker 1 uses the second ring
+    try:
+        codec = FrameCodec(ring=ring, worker_id=1)
+        for i in range(20):  # several times around the ring
+            arr = np.full((200, 300), i, np.float32)  # 240 KB
+            frames = codec.encode({"a": arr, "small": np.arange(3)})
+            assert len(frames) == 2
+            ((wid, _off, n, head),) = pickle.loads(frames[1])
+            assert (wid, n) == (1, arr.nbytes)
+            out = decoder.decode(_through_zmq(frames))
+            assert np.array_equal(out["a"], arr)
+            assert out["a"].flags.writeable
+            assert not np.shares_memory(out["a"], np.frombuffer(ring.mm, np.uint8))
+            assert ring.tail[0] == head
+    finally:
+        decoder.close()
+
+
+def test_ring_slot_without_rings_is_refused():
+    ring = Ring(1 << 20)
+    try:
+        frames = FrameCodec(ring=ring).encode([np.zeros(100_000, np.uint8)])
+        with pytest.raises(ValueError, match="no rings"):
+            PLAIN_DECODER.decode(frames)
+    finally:
+        ring.close()

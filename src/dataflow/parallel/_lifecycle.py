@@ -56,6 +56,7 @@ THREAD_ENV_VARS = (
     "MKL_NUM_THREADS",
     "VECLIB_MAXIMUM_THREADS",
     "NUMEXPR_NUM_THREADS",
+    "OPENCV_FOR_THREADS_NUM",
 )
 #: key mixed into the seeds of the global ``random``/``np.random`` state in map workers
 GLOBAL_RNG_KEY = 0x6D6170  # "map"
@@ -111,10 +112,23 @@ def check_picklable(obj: Any, name: str, start_method: str) -> None:
 
 @contextlib.contextmanager
 def limited_thread_env() -> Iterator[None]:
-    """Set the BLAS/OpenMP thread counts to 1 while children are started (spawn inherits it)."""
+    """Single-threaded BLAS/OpenMP/OpenCV in the children started inside this block.
+
+    Environment variables (read by libraries a spawned child loads) are set to 1 for the
+    duration. OpenCV, if already imported, is switched to one thread *in this process* and
+    restored afterwards: that joins its thread pool before the fork, so a forked child inherits
+    a single-threaded OpenCV. (Calling ``cv2.setNumThreads`` in a forked child instead can
+    deadlock on the pool's condition variables, whose waiting threads do not exist there.)
+    """
     saved = {k: os.environ.get(k) for k in THREAD_ENV_VARS}
     for k in THREAD_ENV_VARS:
         os.environ[k] = "1"
+    cv2 = sys.modules.get("cv2")
+    cv2_threads = None
+    if cv2 is not None:
+        with contextlib.suppress(Exception):
+            cv2_threads = cv2.getNumThreads()
+            cv2.setNumThreads(1)
     try:
         yield
     finally:
@@ -123,6 +137,9 @@ def limited_thread_env() -> Iterator[None]:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        if cv2_threads is not None:
+            with contextlib.suppress(Exception):
+                cv2.setNumThreads(cv2_threads)
 
 
 def _set_pdeathsig() -> None:
@@ -182,10 +199,8 @@ def worker_bootstrap(
     _watch_parent(parent_pid)
     for k in THREAD_ENV_VARS:
         os.environ[k] = "1"
-    cv2 = sys.modules.get("cv2")
-    if cv2 is not None:
-        with contextlib.suppress(Exception):
-            cv2.setNumThreads(1)
+    # OpenCV is made single-threaded by the parent around the fork (limited_thread_env), and
+    # by OPENCV_FOR_THREADS_NUM in spawned children: never call cv2 here.
     _rng.set_worker_info(worker_id)
     if seed_globals:
         seq = _rng.derive_seed_sequence(None, GLOBAL_RNG_KEY)

@@ -1,14 +1,14 @@
 """Wire format and endpoints of the ZeroMQ back end.
 
-A message is a ZeroMQ multipart message ``[head]``, or ``[head, flags, *buffers]`` when it has
+A message is a ZeroMQ multipart message ``[head]``, or ``[head, meta, *frames]`` when it has
 out-of-band buffers:
 
 * ``head``: the object pickled with protocol 5; buffers of at least :data:`OOB_MIN_BYTES`
   (NumPy arrays' memory) are taken out of band instead of being copied into the pickle;
-* ``flags``: one byte per out-of-band buffer: ``0`` the next frame is the buffer itself (sent
-  with ``copy=False``: ZeroMQ reads the array's memory directly), ``1`` the next frame is the
-  name of a shared-memory segment holding it, ``2`` the next frame locates it in the worker's
-  shared ring (see :mod:`dataflow.parallel.shared_memory`).
+* ``meta``: a pickled list, one entry per out-of-band buffer: ``None`` the buffer is the next
+  frame (sent with ``copy=False``: ZeroMQ reads the array's memory directly), a ``str`` the
+  name of a shared-memory segment holding it, a tuple ``(worker, offset, size, head)`` its
+  place in the worker's shared ring (see :mod:`dataflow.parallel.shared_memory`).
 
 The receiver hands the buffers to ``pickle.loads(buffers=...)``, so arrays are rebuilt on top of
 the received memory without another copy (and are writable). The ring is the fast path of
@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
-import struct
 import sys
 import tempfile
 import uuid
@@ -53,8 +52,8 @@ class FrameCodec:
     """Encodes objects to frames (worker side); ``ring``/``shm`` enable the shared-memory paths.
 
     Each out-of-band buffer goes, in order of preference, into the worker's :class:`Ring`
-    (flag 2; the consumer copies it out), into its own shared-memory segment when it is at
-    least ``shm_min_bytes`` (flag 1; the consumer maps it, no copy), or into a frame (flag 0).
+    (the consumer copies it out), into its own shared-memory segment when it is at least
+    ``shm_min_bytes`` (the consumer maps it, no copy), or into a frame of its own.
     """
 
     def __init__(
@@ -85,31 +84,26 @@ class FrameCodec:
         head = pickle.dumps(obj, protocol=5, buffer_callback=take)
         if not bufs:
             return [head]
-        flags = bytearray(len(bufs))
-        frames: list[Any] = [head, flags]
-        for i, raw in enumerate(bufs):
+        meta: list[Any] = []
+        inline: list[memoryview] = []
+        for raw in bufs:
             if self.ring is not None:
                 slot = self.ring.write(raw)
                 if slot is not None:
-                    flags[i] = 2
-                    frames.append(_RING_SLOT.pack(self.worker_id, *slot))
+                    meta.append((self.worker_id, *slot))
                     continue
             name = None
             if self.shm is not None and raw.nbytes >= self.shm_min_bytes:
                 name = self.shm.write(raw)
+            meta.append(name)
             if name is None:
-                frames.append(raw)
-            else:
-                flags[i] = 1
-                frames.append(name.encode())
-        return frames
-
-
-_RING_SLOT = struct.Struct("<IQQQ")  # worker id, offset, size, new head
+                inline.append(raw)
+        return [head, pickle.dumps(meta, protocol=5), *inline]
 
 
 class FrameDecoder:
-    """Decodes frames received with ``recv_multipart(copy=False)`` (or plain bytes).
+    """Decodes frames received with ``recv_multipart`` (``copy=False`` keeps inline buffers
+    without a copy; plain bytes are copied so that arrays stay writable).
 
     ``rings[i]`` is worker ``i``'s :class:`Ring` (consumer side), if rings are used.
     """
@@ -121,17 +115,17 @@ class FrameDecoder:
         head = frames[0].buffer if hasattr(frames[0], "buffer") else frames[0]
         if len(frames) == 1:
             return pickle.loads(head)
-        flags = frames[1].bytes if hasattr(frames[1], "bytes") else bytes(frames[1])
-        buffers = []
-        for flag, frame in zip(flags, frames[2:]):
-            if flag == 0:
-                buffers.append(frame.buffer if hasattr(frame, "buffer") else frame)
-                continue
-            data = frame.bytes if hasattr(frame, "bytes") else bytes(frame)
-            if flag == 1:
-                buffers.append(open_segment(data.decode()))
+        meta = pickle.loads(frames[1].buffer if hasattr(frames[1], "buffer") else frames[1])
+        inline = iter(frames[2:])
+        buffers: list[Any] = []
+        for entry in meta:
+            if entry is None:
+                frame = next(inline)
+                buffers.append(frame.buffer if hasattr(frame, "buffer") else bytearray(frame))
+            elif isinstance(entry, str):
+                buffers.append(open_segment(entry))
             else:
-                wid, off, n, new_head = _RING_SLOT.unpack(data)
+                wid, off, n, new_head = entry
                 if self.rings is None:
                     raise ValueError("received a ring slot but this decoder has no rings")
                 buffers.append(self.rings[wid].read(off, n, new_head))

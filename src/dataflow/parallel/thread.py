@@ -219,7 +219,8 @@ class MultiThreadMapData(MapperBase):
 
     def _make_scheduler(self) -> MapScheduler:
         assert self._transport is not None
-        return MapScheduler(self._transport, self.buffer_size, self.ordered)
+        chunk = max(1, min(4, self.buffer_size // (8 * self.num_thread)))
+        return MapScheduler(self._transport, self.buffer_size, self.ordered, chunk)
 
     def _stop(self) -> None:
         if self._transport is not None:

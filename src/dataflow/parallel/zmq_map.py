@@ -117,6 +117,7 @@ class _ZmqMapTransport:
         self.endpoint.bind(self.sock)
         self.codec = FrameCodec(SharedMemoryWriter(shm_prefix, "p") if shm_prefix else None)  # type: ignore[arg-type]
         self.decoder = FrameDecoder(rings)
+        self.copy = rings is not None  # ring messages are small frames: copying them is cheaper
         self.load = [0] * num_proc
         self.ready: set[int] = set()
         self.pool: ProcessPool | None = None
@@ -132,7 +133,7 @@ class _ZmqMapTransport:
         sock, zmq = self.sock, self.zmq
         while True:
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=self.copy)
             except zmq.Again:
                 if not sock.poll(int(timeout * 1000)):
                     return None

@@ -142,6 +142,7 @@ class MultiProcessRunnerZMQ(RunnerBase):
             self._bind()
         sock = self._sock
         decode = self._decoder.decode
+        copy = rings is not None  # ring messages are small frames: copying them is cheaper
         name = type(self).__name__  # (the closure must not refer to self: no cycle, so that
         # garbage collection runs __del__ -> close() before the sockets are finalized)
 
@@ -149,7 +150,7 @@ class MultiProcessRunnerZMQ(RunnerBase):
             try:
                 while True:
                     try:
-                        return decode(sock.recv_multipart(zmq.NOBLOCK, copy=False))
+                        return decode(sock.recv_multipart(zmq.NOBLOCK, copy=copy))
                     except zmq.Again:
                         if not sock.poll(int(timeout * 1000)):
                             return None
