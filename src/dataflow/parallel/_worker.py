@@ -127,14 +127,18 @@ def raise_worker_error(info: ErrorInfo, index: int | None = None) -> None:
 # ---- worker side ------------------------------------------------------------------------------
 
 
-def runner_loop(ds: Any, emit: Callable[[tuple], None], worker_id: int, stage: str) -> None:
-    """Body of a runner worker: ``reset_state()`` its copy of ``ds``, then send epochs forever.
+def runner_loop(
+    ds: Any, emit: Callable[[tuple], None], worker_id: int, stage: str, *, reset: bool = True
+) -> None:
+    """Body of a runner worker: ``reset_state()`` its copy of ``ds`` (unless ``reset`` is
+    false: the thread runner resets its flows beforehand), then send epochs forever.
 
     An epoch that yields nothing ends the worker with ``END`` (so an empty or exhausted flow
     ends the consumer's iteration instead of spinning or hanging).
     """
     try:
-        ds.reset_state()
+        if reset:
+            ds.reset_state()
         while True:
             n = 0
             for dp in ds:

@@ -6,6 +6,7 @@ They are daemon threads: a thread stuck inside ``map_func`` cannot block interpr
 
 from __future__ import annotations
 
+import functools
 import queue
 import threading
 from collections.abc import Callable
@@ -27,8 +28,10 @@ JOIN_TIMEOUT = 5.0
 class _ThreadGroup:
     """Threads running ``loops[i]`` with a stop event; reports threads that died silently."""
 
-    def __init__(self, name: str, loops: list[Callable[[], None]]) -> None:
-        self.stop = threading.Event()
+    def __init__(
+        self, name: str, loops: list[Callable[[], None]], stop: threading.Event | None = None
+    ) -> None:
+        self.stop = stop or threading.Event()
         self.threads = [
             threading.Thread(target=loop, name=f"{name}-{i}", daemon=True)
             for i, loop in enumerate(loops)
@@ -92,11 +95,11 @@ class MultiThreadRunner(RunnerBase):
             finally:
                 _rng.set_worker_info(saved)
         self._queue = q = queue.Queue(self.num_prefetch)
-        group = _ThreadGroup(type(self).__name__, [])
+        stop = threading.Event()
 
         def emit(msg: tuple) -> None:
             while True:
-                if group.stop.is_set():
+                if stop.is_set():
                     raise WorkerStopped
                 try:
                     q.put(msg, timeout=0.1)
@@ -104,25 +107,16 @@ class MultiThreadRunner(RunnerBase):
                 except queue.Full:
                     pass
 
-        class _Reset:
-            def __init__(self, df: DataFlow) -> None:
-                self.df = df
-
-            def reset_state(self) -> None:  # already reset above
-                pass
-
-            def __iter__(self):
-                return iter(self.df)
-
-        group.threads = [
-            threading.Thread(
-                target=runner_loop, args=(_Reset(df), emit, i, type(self).__name__),
-                name=f"{type(self).__name__}-{i}", daemon=True,
-            )
-            for i, df in enumerate(self.dfs)
-        ]
-        self._group = group
-        group.start()
+        name = type(self).__name__
+        self._group = _ThreadGroup(
+            name,
+            [
+                functools.partial(runner_loop, df, emit, i, name, reset=False)
+                for i, df in enumerate(self.dfs)
+            ],
+            stop,
+        )
+        self._group.start()
 
     def _receive(self, timeout: float) -> tuple | None:
         assert self._queue is not None and self._group is not None

@@ -154,8 +154,10 @@ class MultiProcessRunnerZMQ(RunnerBase):
                     except zmq.Again:
                         if not sock.poll(int(timeout * 1000)):
                             return None
-            except zmq.ContextTerminated as e:
-                raise DataFlowTerminated(f"{name} was closed") from e
+            except zmq.ZMQError as e:
+                if isinstance(e, zmq.ContextTerminated) or sock.closed:
+                    raise DataFlowTerminated(f"{name} was closed while iterating") from e
+                raise
 
         self._receive = self._pool.receiver(raw)  # type: ignore[method-assign]
 
