@@ -35,11 +35,14 @@ class IndexedDataset(RNGDataFlow):
     "done"[, "seed"]}``; after ``load_state_dict()`` the next ``__iter__`` continues the epoch
     at ``pos`` (its order is re-derived from the seed; nothing before ``pos`` is loaded).
     An iterator owns the epoch from its creation: a parent that creates its children's
-    iterators up front (``RandomMixData``) saves their states in that epoch, and a second
-    ``__iter__`` while the owner never started abandons the owner's epoch.
+    iterators up front (``RandomMixData``) saves their states in that epoch; a restored
+    position goes to the first ``__iter__`` after ``load_state_dict``, even if it never runs.
     """
 
     shuffle: bool = False
+    _owner: object = None
+    _owner_started = False
+    _last_position = 0
 
     def _init_iteration(self, shuffle: bool, seed: int | None) -> None:
         self.shuffle = bool(shuffle)
@@ -65,20 +68,20 @@ class IndexedDataset(RNGDataFlow):
 
     def __iter__(self) -> Iterator[list]:
         token = object()
-        owner = self.__dict__.get("_owner")
-        if owner is not None and not self._owner_started:
-            self._end_epoch()  # the owner never ran: its epoch is abandoned
-            owner = None
-        if owner is None:  # claim the epoch now (one in progress is claimed when it ends)
-            self._owner, self._owner_started = token, False
+        if self._owner is None or not self._owner_started:  # else claimed when the owner ends
+            self._claim(token)
         return self._run(token)
+
+    def _claim(self, token: object) -> None:
+        """Make iterator ``token`` the owner of the epoch in progress (or of the next one)."""
+        if self._owner is not None and not self._owner_started and self._position:
+            self._end_epoch()  # a restored position went to an iterator that never ran
+        self._owner, self._owner_started = token, False
 
     def _run(self, token: object) -> Iterator[list]:
         with self._guard:
             if self._owner is not token:  # the previous owner was closed, or never started
-                if self._owner is not None:
-                    self._end_epoch()
-                self._owner = token
+                self._claim(token)
             self._owner_started = True
             order = self._order(self._epoch)
             try:
@@ -100,10 +103,10 @@ class IndexedDataset(RNGDataFlow):
     def state_dict(self) -> dict[str, Any]:
         """Epoch, position, size, shuffle and seed (no datapoint)."""
         n = len(self)
-        if self.__dict__.get("_owner") is not None or self._position:  # an epoch in progress
+        if self._owner is not None or self._position:  # an epoch in progress
             counters = epoch_state(self._epoch, self._position, self._position >= n)
         else:  # between epochs: the last one ended (or none started)
-            counters = epoch_state(self._epoch - 1, self.__dict__.get("_last_position", 0), True)
+            counters = epoch_state(self._epoch - 1, self._last_position, True)
         state: dict[str, Any] = {"type": type(self).__name__, "size": n,
                                  "shuffle": bool(self.shuffle), **counters}
         if self.shuffle:
