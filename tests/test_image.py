@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import logging
 import pickle
 import subprocess
@@ -245,3 +246,59 @@ def test_copy_is_made_first_for_user_augmentors_inside_meta_augmentors():
         df.reset_state()
         assert next(iter(df))[0].sum() == 0
         assert img.sum() == 9
+
+
+def _tag_worker(dp):
+    from dataflow.rng import get_worker_info
+
+    return [*dp, get_worker_info()]
+
+
+def _per_worker_crops(seed, start_method):
+    from dataflow.parallel import MultiProcessRunnerZMQ
+    from dataflow.wrappers import MapData
+
+    set_seed(seed)
+    img = np.arange(100, dtype=np.uint8).reshape(10, 10)
+    ds = AugmentImageComponent(_ds([[img]] * 4), [imgaug.RandomCrop(3)])
+    runner = MultiProcessRunnerZMQ(MapData(ds, _tag_worker), num_proc=2, start_method=start_method)
+    streams: dict[int, list[int]] = {0: [], 1: []}
+    with runner:
+        runner.reset_state()
+        while min(len(s) for s in streams.values()) < 4:
+            for crop, wid in runner:  # each epoch yields len(ds) datapoints
+                streams[wid].append(int(crop[0, 0]))  # the top-left pixel gives the offset
+    return [s[:4] for s in streams.values()]
+
+
+def test_forked_workers_get_distinct_reproducible_augmentation_streams():
+    first = _per_worker_crops(21, "fork")
+    assert first[0] != first[1]
+    assert _per_worker_crops(21, "fork") == first
+
+
+_SPAWN_SCRIPT = """
+import sys
+sys.path.insert(0, {root!r})
+from tests.test_image import _per_worker_crops
+
+if __name__ == "__main__":  # spawn re-imports the main module
+    print(_per_worker_crops(21, "spawn"))
+"""
+
+
+@pytest.mark.slow
+def test_spawned_workers_get_distinct_reproducible_augmentation_streams(tmp_path):
+    # in a subprocess: spawn leaves multiprocessing's resource tracker running until exit
+    from pathlib import Path
+
+    script = tmp_path / "spawn_streams.py"
+    script.write_text(_SPAWN_SCRIPT.format(root=str(Path(__file__).resolve().parents[1])))
+    runs = [
+        subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       check=True, timeout=120).stdout.strip()
+        for _ in range(2)
+    ]
+    streams = ast.literal_eval(runs[0])  # a printed list of two lists of ints
+    assert streams[0] != streams[1]
+    assert runs[0] == runs[1]

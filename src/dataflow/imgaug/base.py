@@ -14,7 +14,8 @@ every run of the same program) and the worker id (:func:`dataflow.rng.get_worker
 * after ``fork`` every live augmentor's stream is marked stale and re-derived on first use in
   the child, *after* the worker has declared its id, so workers get different, reproducible
   streams (tensorpack re-seeded from time and pid, and ``fix_rng_seed`` made workers identical);
-* a pickled augmentor (e.g. sent to a spawned worker) re-derives its stream when unpickled.
+* a pickled augmentor (e.g. sent to a spawned worker) re-derives its stream when unpickled,
+  from the global seed of the process that pickled it if the new process has none.
 
 Without a seed, streams come from fresh OS entropy.
 """
@@ -96,7 +97,10 @@ class ImageAugmentor:
         if r is None:
             if self._rng_ordinal is None:
                 self._rng_ordinal = _rng.next_stage_ordinal()
-            r = _rng.derive_rng(None, self._rng_ordinal)
+            seed = _rng.get_seed()
+            if seed is None:  # e.g. unpickled in a spawned worker: the seed it was sent with
+                seed = self.__dict__.get("_rng_seed")
+            r = _rng.derive_rng(seed, self._rng_ordinal)
             self.__dict__["_rng"] = r
         return r
 
@@ -111,6 +115,8 @@ class ImageAugmentor:
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_rng"] = None  # a copy re-derives its stream where it is used
+        if _rng.get_seed() is not None:  # and keeps the global seed (spawned workers)
+            state["_rng_seed"] = _rng.get_seed()
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
