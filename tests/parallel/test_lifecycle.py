@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -15,11 +16,13 @@ import numpy as np
 import psutil
 import pytest
 
+from dataflow.errors import DataFlowTerminated, WorkerError
 from dataflow.parallel import (
     MultiProcessMapDataZMQ,
     MultiProcessRunner,
     MultiProcessRunnerZMQ,
     MultiThreadMapData,
+    MultiThreadRunner,
 )
 from dataflow.parallel._lifecycle import check_picklable, get_context
 from tests.parallel import flows
@@ -275,3 +278,40 @@ def test_forked_workers_get_single_threaded_opencv_without_deadlock():
             assert list(r) == [[1, "1"]]
         assert cv2.getNumThreads() == before  # restored in the consumer
     assert os.environ.get("OMP_NUM_THREADS") == ORIGINAL_ENV.get("OMP_NUM_THREADS")
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: MultiProcessRunnerZMQ(flows.Range(10**6, delay=0.001), 2),
+        lambda: MultiProcessRunner(flows.Range(10**6, delay=0.001), 4, 2),
+        lambda: MultiThreadRunner(lambda: flows.Range(10**6, delay=0.001), 4, 2),
+        lambda: MultiProcessMapDataZMQ(flows.Range(100), 2, flows.sleepy),
+        lambda: MultiThreadMapData(flows.Range(100), 2, flows.sleepy),
+    ],
+    ids=["zmq-runner", "process-runner", "thread-runner", "zmq-map", "thread-map"],
+)
+def test_close_from_another_thread_terminates_the_iteration(make):
+    df = make()
+    df.reset_state()
+    pool = getattr(df, "_pool", None)
+    pids = pool.pids if pool is not None else []
+    outcome = []
+
+    def consume():
+        try:
+            for _ in df:
+                pass
+        except DataFlowTerminated:
+            outcome.append("terminated")
+        except WorkerError as e:  # the workers may be seen dead first
+            outcome.append(f"worker error: {e.exc_type}")
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(0.3)
+    df.close()  # e.g. an atexit hook while a feeding thread iterates
+    t.join(10)
+    assert not t.is_alive()
+    assert outcome == ["terminated"]
+    assert _wait_dead(pids) == []

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -45,6 +46,30 @@ class _Lifecycle:
 
     _started = False
     _closed = False
+    _iter_thread: int | None = None  # the thread inside __iter__, if any
+    _resources: _lifecycle.Resources | None = None
+
+    def _release_resources(self) -> None:
+        """Run (or, if another thread is iterating, hand over) the transport's clean-up."""
+        res, self._resources = self._resources, None
+        if res is None:
+            return
+        if self._iter_thread not in (None, threading.get_ident()):
+            res.request_close()
+        else:
+            res.close()
+
+    @contextlib.contextmanager
+    def _iterating(self) -> Iterator[None]:
+        with self._guard:
+            self._iter_thread = threading.get_ident()
+            res = self._resources
+            try:
+                yield
+            finally:
+                self._iter_thread = None
+                if res is not None and res.requested:
+                    res.close()
 
     def _init_lifecycle(self) -> None:
         self._owner_pid = os.getpid()
@@ -118,7 +143,7 @@ class RunnerBase(_Lifecycle, ProxyDataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         self._ensure_started()
-        with self._guard:
+        with self._iterating():
             n = known_length(self.ds)
             try:
                 yield from runner_stream(
@@ -181,7 +206,7 @@ class MapperBase(_Lifecycle, ProxyDataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         self._ensure_started()
-        with self._guard:
+        with self._iterating():
             sched = self._sched
             assert sched is not None
             if self.strict:

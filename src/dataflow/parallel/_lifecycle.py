@@ -38,6 +38,7 @@ import numpy as np
 from dataflow import rng as _rng
 
 __all__ = [
+    "Resources",
     "check_picklable",
     "get_context",
     "limited_thread_env",
@@ -232,3 +233,46 @@ def _close_all() -> None:
 
 
 atexit.register(_close_all)
+
+
+class Resources:
+    """Clean-up callables run once, in reverse order, by the thread that may run them.
+
+    ZeroMQ sockets and shared mappings must not be closed under a thread that is using them.
+    When ``close()`` of a runner comes from another thread than the one iterating it (an
+    ``atexit`` hook, a watchdog), it calls :meth:`request_close`: the iterating thread runs
+    the clean-up at its next :meth:`check` (within one poll interval) and raises
+    ``DataFlowTerminated``, or when its iteration ends.
+    """
+
+    def __init__(self) -> None:
+        self._fns: list[Any] = []
+        self._lock = threading.Lock()
+        self._done = False
+        self.requested = False
+
+    def add(self, fn: Any) -> None:
+        self._fns.append(fn)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+            fns, self._fns = self._fns[::-1], []
+        for fn in fns:
+            try:
+                fn()
+            except Exception:  # pragma: no cover - best effort
+                logger.debug("clean-up %r failed", fn, exc_info=True)
+
+    def request_close(self) -> None:
+        self.requested = True
+
+    def check(self, name: str) -> None:
+        """In the iterating thread: honour a pending close request."""
+        if self.requested:
+            self.close()
+            from dataflow.errors import DataFlowTerminated
+
+            raise DataFlowTerminated(f"{name} was closed while being iterated")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from dataflow.base import DataFlow
-from dataflow.errors import WorkerError
+from dataflow.errors import DataFlowTerminated, WorkerError
 from dataflow.parallel import _lifecycle
 from dataflow.parallel._base import RunnerBase, check_positive_int
 from dataflow.parallel._worker import END, ERROR, runner_loop
@@ -66,6 +66,7 @@ class ProcessPool:
         self.assigned: dict[int, dict[int, None]] = {}  # mappers: indices given to each worker
         self._pending: deque[tuple] = deque()
         self._next_check = 0.0
+        self.closed = False
 
     def start(self) -> None:
         with _lifecycle.limited_thread_env():
@@ -77,6 +78,7 @@ class ProcessPool:
         return [p.pid for p in self.procs]
 
     def terminate(self, timeout: float = 2.0) -> None:
+        self.closed = True
         for p in self.procs:
             if p.pid is not None and p.exitcode is None:
                 with contextlib.suppress(Exception):
@@ -100,10 +102,15 @@ class ProcessPool:
 
     def check(self, raw_receive: Callable[[float], tuple | None]) -> None:
         """Raise ``WorkerError`` for a worker that died without reporting why."""
-        dead = [
-            i for i, p in enumerate(self.procs)
-            if i not in self.reported and p.exitcode is not None
-        ]
+        try:
+            dead = [
+                i for i, p in enumerate(self.procs)
+                if i not in self.reported and p.exitcode is not None
+            ]
+        except ValueError:  # closed by another thread meanwhile
+            dead = []
+        if self.closed:
+            raise DataFlowTerminated("the workers were stopped while being iterated")
         if not dead:
             return
         deadline = time.monotonic() + DRAIN_SECONDS
@@ -133,8 +140,11 @@ class ProcessPool:
         self, raw_receive: Callable[[float], tuple | None]
     ) -> Callable[[float], tuple | None]:
         """``raw_receive`` with death detection (checked on idle waits and every 0.5 s)."""
+        name = self.procs[0].name.rsplit("-", 1)[0] if self.procs else "workers"
 
         def receive(timeout: float) -> tuple | None:
+            if self.closed:
+                raise DataFlowTerminated(f"{name} was closed while being iterated")
             if self._pending:
                 return self._pending.popleft()
             now = time.monotonic()
@@ -214,8 +224,14 @@ class MultiProcessRunner(RunnerBase):
         )
         self._pool.start()
         q = self._queue
+        self._queue = None
+        self._resources = res = _lifecycle.Resources()
+        res.add(q.join_thread)
+        res.add(q.close)
+        name = type(self).__name__
 
         def raw(timeout: float) -> tuple | None:
+            res.check(name)
             try:
                 return pickle.loads(q.get(timeout=timeout))
             except queue.Empty:
@@ -227,10 +243,10 @@ class MultiProcessRunner(RunnerBase):
         if self._pool is not None:
             self._pool.terminate()
             self._pool = None
-        if self._queue is not None:
+        if self._queue is not None:  # a start that failed half-way
             self._queue.close()
-            self._queue.join_thread()
             self._queue = None
+        self._release_resources()
 
 
 PrefetchData = MultiProcessRunner

@@ -14,7 +14,7 @@ from typing import Any
 
 from dataflow import rng as _rng
 from dataflow.base import DataFlow
-from dataflow.errors import WorkerError
+from dataflow.errors import DataFlowTerminated, WorkerError
 from dataflow.parallel._base import MapperBase, RunnerBase, check_positive_int
 from dataflow.parallel._worker import MapScheduler, WorkerStopped, map_loop, runner_loop
 
@@ -116,15 +116,20 @@ class MultiThreadRunner(RunnerBase):
             ],
             stop,
         )
-        self._group.start()
+        group = self._group
+        finished = self._finished
 
-    def _receive(self, timeout: float) -> tuple | None:
-        assert self._queue is not None and self._group is not None
-        try:
-            return self._queue.get(timeout=timeout)
-        except queue.Empty:
-            self._group.check(ignore=self._finished)
-            return None
+        def receive(timeout: float) -> tuple | None:
+            if stop.is_set():
+                raise DataFlowTerminated(f"{name} was closed while being iterated")
+            try:
+                return q.get(timeout=timeout)
+            except queue.Empty:
+                group.check(ignore=finished)
+                return None
+
+        self._receive = receive  # type: ignore[method-assign]
+        group.start()
 
     def _stop(self) -> None:
         if self._group is not None:
@@ -159,9 +164,15 @@ class _ThreadMapTransport:
         self.group.start()
 
     def submit(self, chunk: list) -> None:
+        self._check_open()
         self._in.put(chunk)
 
+    def _check_open(self) -> None:
+        if self.group.stop.is_set():
+            raise DataFlowTerminated(f"{self.group.name} was closed while being iterated")
+
     def receive(self, timeout: float) -> tuple | None:
+        self._check_open()
         try:
             return self._out.get(timeout=timeout)
         except queue.Empty:

@@ -105,11 +105,24 @@ def _zmq_map_main(
 class _ZmqMapTransport:
     """Consumer side: ROUTER socket, readiness tracking, least-loaded dispatch."""
 
-    def __init__(self, num_proc: int, shm_prefix: str | None, rings: list[Ring] | None) -> None:
+    def __init__(
+        self,
+        num_proc: int,
+        shm_prefix: str | None,
+        rings: list[Ring] | None,
+        res: _lifecycle.Resources,
+        name: str,
+    ) -> None:
         self.zmq = zmq = import_zmq()
+        self.res, self.name = res, name
         self.endpoint = Endpoint("map")
+        res.add(self.endpoint.cleanup)
+        if shm_prefix is not None:
+            res.add(lambda: cleanup_segments(shm_prefix))
         self.ctx = zmq.Context()
+        res.add(self.ctx.term)
         self.sock = self.ctx.socket(zmq.ROUTER)
+        res.add(lambda: self.sock.close(linger=0))
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
@@ -117,6 +130,7 @@ class _ZmqMapTransport:
         self.endpoint.bind(self.sock)
         self.codec = FrameCodec(SharedMemoryWriter(shm_prefix, "p") if shm_prefix else None)  # type: ignore[arg-type]
         self.decoder = FrameDecoder(rings)
+        res.add(self.decoder.close)
         self.copy = rings is not None  # ring messages are small frames: copying them is cheaper
         self.load = [0] * num_proc
         self.ready: set[int] = set()
@@ -131,6 +145,7 @@ class _ZmqMapTransport:
 
     def _raw(self, timeout: float) -> tuple | None:
         sock, zmq = self.sock, self.zmq
+        self.res.check(self.name)
         while True:
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK, copy=self.copy)
@@ -152,6 +167,7 @@ class _ZmqMapTransport:
             return msg
 
     def submit(self, chunk: list) -> None:
+        self.res.check(self.name)
         while True:
             while not self.ready:
                 msg = self._recv(0.2)
@@ -175,12 +191,6 @@ class _ZmqMapTransport:
             return self._pending.popleft()
         return self._recv(timeout)
 
-    def close(self) -> None:
-        self.sock.close(linger=0)
-        self.ctx.term()
-        self.endpoint.cleanup()
-        self.decoder.close()
-
 
 class _ZmqMapperBase(MapperBase):
     _worker_arg = "num_proc"
@@ -193,18 +203,20 @@ class _ZmqMapperBase(MapperBase):
         self.use_shm = bool(use_shm) and shm_available()
         self._transport: _ZmqMapTransport | None = None
         self._pool: ProcessPool | None = None
-        self._shm_prefix: str | None = None
 
     def _start(self) -> None:
-        self._shm_prefix = f"dataflow-{uuid.uuid4().hex[:16]}" if self.use_shm else None
+        shm_prefix = f"dataflow-{uuid.uuid4().hex[:16]}" if self.use_shm else None
         rings = make_rings(self.use_shm, self.start_method, self.num_proc)
-        self._transport = transport = _ZmqMapTransport(self.num_proc, self._shm_prefix, rings)
-        parent = _lifecycle.parent_info()
+        self._resources = res = _lifecycle.Resources()
         stage = type(self).__name__
+        self._transport = transport = _ZmqMapTransport(
+            self.num_proc, shm_prefix, rings, res, stage
+        )
+        parent = _lifecycle.parent_info()
         self._pool = ProcessPool(
             _zmq_map_main,
             [
-                (self.map_func, transport.endpoint.address, i, parent, self._shm_prefix, stage,
+                (self.map_func, transport.endpoint.address, i, parent, shm_prefix, stage,
                  self._batch_size, rings[i] if rings else None)
                 for i in range(self.num_proc)
             ],
@@ -220,12 +232,8 @@ class _ZmqMapperBase(MapperBase):
         if self._pool is not None:
             self._pool.terminate()
             self._pool = None
-        if self._transport is not None:
-            self._transport.close()
-            self._transport = None
-        if self._shm_prefix is not None:
-            cleanup_segments(self._shm_prefix)
-            self._shm_prefix = None
+        self._transport = None
+        self._release_resources()
 
 
 class MultiProcessMapDataZMQ(_ZmqMapperBase):

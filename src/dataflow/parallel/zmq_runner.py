@@ -111,25 +111,26 @@ class MultiProcessRunnerZMQ(RunnerBase):
         _lifecycle.get_context(start_method)  # validate now
         self.use_shm = bool(use_shm) and shm_available()
         self._pool: ProcessPool | None = None
-        self._ctx: Any = None
-        self._sock: Any = None
-        self._endpoint: Endpoint | None = None
-        self._shm_prefix: str | None = None
-        self._decoder: FrameDecoder | None = None
 
     def _start(self) -> None:
         zmq = import_zmq()
-        self._endpoint = endpoint = Endpoint("runner")
-        self._shm_prefix = f"dataflow-{uuid.uuid4().hex[:16]}" if self.use_shm else None
+        self._resources = res = _lifecycle.Resources()
+        endpoint = Endpoint("runner")
+        res.add(endpoint.cleanup)
+        shm_prefix = f"dataflow-{uuid.uuid4().hex[:16]}" if self.use_shm else None
+        if shm_prefix is not None:
+            res.add(lambda: cleanup_segments(shm_prefix))
+        sock = None
         if endpoint.needs_early_bind:
-            self._bind()
+            sock = self._bind(endpoint, res)
         parent = _lifecycle.parent_info()
         rings = make_rings(self.use_shm, self.start_method, self.num_proc)
-        self._decoder = FrameDecoder(rings)
+        decoder = FrameDecoder(rings)
+        res.add(decoder.close)
         self._pool = ProcessPool(
             _zmq_runner_main,
             [
-                (self.ds, endpoint.address, i, parent, self.hwm, self._shm_prefix,
+                (self.ds, endpoint.address, i, parent, self.hwm, shm_prefix,
                  rings[i] if rings else None)
                 for i in range(self.num_proc)
             ],
@@ -138,15 +139,15 @@ class MultiProcessRunnerZMQ(RunnerBase):
             picklable=self.ds,
         )
         self._pool.start()  # before creating the context: never fork a process with
-        if self._sock is None:  # ZeroMQ's I/O threads running
-            self._bind()
-        sock = self._sock
-        decode = self._decoder.decode
+        if sock is None:  # ZeroMQ's I/O threads running
+            sock = self._bind(endpoint, res)
+        decode = decoder.decode
         copy = rings is not None  # ring messages are small frames: copying them is cheaper
         name = type(self).__name__  # (the closure must not refer to self: no cycle, so that
         # garbage collection runs __del__ -> close() before the sockets are finalized)
 
         def raw(timeout: float) -> tuple | None:
+            res.check(name)
             try:
                 while True:
                     try:
@@ -161,34 +162,22 @@ class MultiProcessRunnerZMQ(RunnerBase):
 
         self._receive = self._pool.receiver(raw)  # type: ignore[method-assign]
 
-    def _bind(self) -> None:
+    def _bind(self, endpoint: Endpoint, res: _lifecycle.Resources) -> Any:
         zmq = import_zmq()
-        self._ctx = zmq.Context()
-        self._sock = self._ctx.socket(zmq.PULL)
-        self._sock.setsockopt(zmq.RCVHWM, self.hwm)
-        self._sock.setsockopt(zmq.LINGER, 0)
-        assert self._endpoint is not None
-        self._endpoint.bind(self._sock)
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.PULL)
+        res.add(ctx.term)
+        res.add(lambda: sock.close(linger=0))
+        sock.setsockopt(zmq.RCVHWM, self.hwm)
+        sock.setsockopt(zmq.LINGER, 0)
+        endpoint.bind(sock)
+        return sock
 
     def _stop(self) -> None:
         if self._pool is not None:
             self._pool.terminate()
             self._pool = None
-        if self._sock is not None:
-            self._sock.close(linger=0)
-            self._sock = None
-        if self._ctx is not None:
-            self._ctx.term()
-            self._ctx = None
-        if self._endpoint is not None:
-            self._endpoint.cleanup()
-            self._endpoint = None
-        if self._shm_prefix is not None:
-            cleanup_segments(self._shm_prefix)
-            self._shm_prefix = None
-        if self._decoder is not None:
-            self._decoder.close()
-            self._decoder = None
+        self._release_resources()
 
 
 PrefetchDataZMQ = MultiProcessRunnerZMQ
