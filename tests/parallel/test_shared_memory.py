@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -15,6 +17,8 @@ from dataflow.parallel.shared_memory import (
     Ring,
     SharedMemoryWriter,
     cleanup_segments,
+    cleanup_stale_segments,
+    new_prefix,
     open_segment,
     shm_available,
 )
@@ -100,3 +104,35 @@ def test_ring_writer_waits_for_space():
         assert bytes(ring.read(*slots[1])) == b"\x01" * 200  # earlier data untouched
     finally:
         ring.close()
+
+
+def test_stale_segments_of_dead_consumers_are_removed():
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    dead = int(proc.stdout)
+    old = time.time() - shared_memory.STALE_SECONDS - 60
+    paths = {
+        "dead-old": os.path.join(SHM_DIR, f"dataflow-{dead}-stale0-0-0"),
+        "dead-new": os.path.join(SHM_DIR, f"dataflow-{dead}-stale1-0-0"),
+        "alive-old": os.path.join(SHM_DIR, f"dataflow-{os.getpid()}-stale2-0-0"),
+    }
+    try:
+        for key, path in paths.items():
+            with open(path, "wb") as f:
+                f.write(b"x")
+            if key.endswith("old"):
+                os.utime(path, (old, old))
+        assert cleanup_stale_segments() >= 1
+        assert not os.path.exists(paths["dead-old"])
+        assert os.path.exists(paths["dead-new"])
+        assert os.path.exists(paths["alive-old"])
+    finally:
+        for path in paths.values():
+            if os.path.exists(path):
+                os.unlink(path)
+
+
+def test_new_prefix_names_the_consumer():
+    prefix = new_prefix()
+    assert prefix.startswith(f"dataflow-{os.getpid()}-")
+    assert new_prefix() != prefix

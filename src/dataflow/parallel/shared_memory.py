@@ -5,7 +5,8 @@ A worker copies a large buffer (a NumPy array's memory) once into a POSIX shared
 and sends only its name. The consumer maps the segment, unlinks it at once and wraps the mapping
 in a writable ``memoryview``: the memory is released when the last array using it is garbage
 collected, and nothing is left in ``/dev/shm`` (a runner's ``close()`` also removes segments
-that were sent but never received).
+that were sent but never received; segments of a consumer that was SIGKILLed are removed by the
+next runner that starts, once they are 10 minutes old).
 
 Segments are created directly (``os.open`` + ``mmap``) rather than through
 ``multiprocessing.shared_memory.SharedMemory``, whose resource tracker would start an extra
@@ -24,6 +25,7 @@ import mmap
 import os
 import sys
 import time
+import uuid
 import warnings
 
 __all__ = [
@@ -31,6 +33,8 @@ __all__ = [
     "Ring",
     "SharedMemoryWriter",
     "cleanup_segments",
+    "cleanup_stale_segments",
+    "new_prefix",
     "open_segment",
     "shm_available",
 ]
@@ -101,6 +105,38 @@ def open_segment(name: str) -> memoryview:
         os.close(fd)
         os.unlink(path)
     return memoryview(m) if m is not None else memoryview(bytearray())
+
+
+def new_prefix() -> str:
+    """A fresh segment-name prefix, ``dataflow-<consumer pid>-<random>``."""
+    return f"dataflow-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+
+
+#: a segment this old whose consumer process is gone is a leftover (of a killed consumer)
+STALE_SECONDS = 600.0
+
+
+def cleanup_stale_segments() -> int:
+    """Remove segments left by consumers that were killed (pid gone, older than 10 min)."""
+    n = 0
+    now = time.time()
+    for path in glob.glob(os.path.join(SHM_DIR, "dataflow-*-*")):
+        pid_text = os.path.basename(path).split("-")[1]
+        if not pid_text.isdigit():
+            continue
+        try:
+            if now - os.stat(path).st_mtime < STALE_SECONDS:
+                continue
+            os.kill(int(pid_text), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(path)
+                n += 1
+            except OSError:
+                pass
+        except OSError:
+            continue
+    return n
 
 
 def cleanup_segments(prefix: str) -> int:

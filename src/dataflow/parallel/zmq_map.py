@@ -10,7 +10,6 @@ of ``(index, datapoint)`` pairs, sent to the least-loaded worker; every input is
 
 from __future__ import annotations
 
-import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -31,6 +30,7 @@ from dataflow.parallel.shared_memory import (
     Ring,
     SharedMemoryWriter,
     cleanup_segments,
+    new_prefix,
     shm_available,
 )
 from dataflow.parallel.zmq_runner import make_rings
@@ -205,7 +205,7 @@ class _ZmqMapperBase(MapperBase):
         self._pool: ProcessPool | None = None
 
     def _start(self) -> None:
-        shm_prefix = f"dataflow-{uuid.uuid4().hex[:16]}" if self.use_shm else None
+        shm_prefix = new_prefix() if self.use_shm else None
         rings = make_rings(self.use_shm, self.start_method, self.num_proc)
         self._resources = res = _lifecycle.Resources()
         stage = type(self).__name__

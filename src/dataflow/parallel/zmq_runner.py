@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from dataflow.base import DataFlow
@@ -16,6 +15,8 @@ from dataflow.parallel.shared_memory import (
     Ring,
     SharedMemoryWriter,
     cleanup_segments,
+    cleanup_stale_segments,
+    new_prefix,
     shm_available,
 )
 
@@ -27,8 +28,15 @@ FINAL_LINGER_MS = 10_000
 RING_BYTES = 8 * 1024 * 1024
 
 
+_stale_checked = False
+
+
 def make_rings(use_shm: bool, start_method: str | None, n: int) -> list[Ring] | None:
     """One shared ring per worker when workers are forked (they inherit the memory)."""
+    global _stale_checked
+    if use_shm and not _stale_checked:
+        _stale_checked = True
+        cleanup_stale_segments()
     if not use_shm or _lifecycle.get_context(start_method).get_start_method() != "fork":
         return None
     return [Ring(RING_BYTES) for _ in range(n)]
@@ -117,7 +125,7 @@ class MultiProcessRunnerZMQ(RunnerBase):
         self._resources = res = _lifecycle.Resources()
         endpoint = Endpoint("runner")
         res.add(endpoint.cleanup)
-        shm_prefix = f"dataflow-{uuid.uuid4().hex[:16]}" if self.use_shm else None
+        shm_prefix = new_prefix() if self.use_shm else None
         if shm_prefix is not None:
             res.add(lambda: cleanup_segments(shm_prefix))
         sock = None
