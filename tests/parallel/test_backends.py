@@ -235,3 +235,21 @@ def test_bad_map_func_and_buffer():
         MultiProcessMapDataZMQ(flows.Range(1), 2, flows.double, buffer_size=0)
     with pytest.raises(ValueError, match="`start_method` must be one of"):
         MultiProcessRunnerZMQ(flows.Range(1), 1, start_method="thread")
+
+
+@mapper_kinds
+@pytest.mark.parametrize("strict", [False, True])
+def test_source_error_in_the_consumer_leaves_the_mapper_usable(kind, strict):
+    src = flows.Range(10, fail_at=5)
+    with MAPPERS[kind](src, 2, flows.double, buffer_size=3, strict=strict, ordered=True) as m:
+        for _ in range(4):  # failures must not eat the buffer (no phantom inputs in flight)
+            with pytest.raises(KeyError, match="bad datapoint 5"):
+                list(itertools.islice(m, 30))
+        src.fail_at = None
+        got = [dp[0] for dp in itertools.islice(m, 10)]
+    if strict:
+        assert got == [2 * i for i in range(10)]
+    else:  # results still in flight from the failed pass come first, then a new pass
+        start = got.index(0)
+        assert set(got[:start]) <= {2 * i for i in range(5)}
+        assert got[start:] == [2 * i for i in range(len(got) - start)]

@@ -216,3 +216,7 @@ class MapperBase(_Lifecycle, ProxyDataFlow):
             except WorkerError:
                 self._shutdown()
                 raise
+            except Exception:
+                if not self.strict:  # the failed pass of ds is over: the next __iter__
+                    sched.set_source(repeat_enumerate(self.ds))  # starts a new one
+                raise

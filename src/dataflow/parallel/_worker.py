@@ -286,16 +286,19 @@ class MapScheduler:
             if room <= 0 or (room < chunk_size and len(self._outstanding) >= chunk_size):
                 return
             room = min(chunk_size, room)
+            # take the inputs first: if the source raises, nothing is half-registered
+            items = list(itertools.islice(source, room))  # type: ignore[arg-type]
+            if len(items) < room:
+                self._source_done = True
+            if not items:
+                return
+            first = self._next_index
+            self._next_index += len(items)
             chunk = []
-            for pos, dp in itertools.islice(source, room):  # type: ignore[arg-type]
-                idx = self._next_index
-                self._next_index += 1
+            for idx, (pos, dp) in enumerate(items, first):
                 self._outstanding[idx] = pos
                 chunk.append((idx, dp))
-            if len(chunk) < room:
-                self._source_done = True
-            if chunk:
-                self.transport.submit(chunk)
+            self.transport.submit(chunk)
 
     def _handle(self, msg: tuple) -> None:
         kind, _wid, payload = msg
