@@ -13,6 +13,7 @@ import pickle
 import queue
 import signal
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -69,7 +70,15 @@ class ProcessPool:
         self.closed = False
 
     def start(self) -> None:
-        with _lifecycle.limited_thread_env():
+        with _lifecycle.limited_thread_env(), warnings.catch_warnings():
+            # Python >= 3.12 warns when forking a process that has threads (ZeroMQ's I/O
+            # threads of other runners, for instance). Fork is the documented default on
+            # Linux; workers only use what they create after the fork. start_method='spawn'
+            # avoids fork altogether.
+            warnings.filterwarnings(
+                "ignore", message=r".*multi-threaded, use of fork\(\) may lead to deadlocks",
+                category=DeprecationWarning,
+            )
             for p in self.procs:
                 p.start()
 
