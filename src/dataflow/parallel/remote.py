@@ -131,6 +131,7 @@ def send_dataflow_zmq(
     hwm: int = 50,
     format: str | None = None,
     bind: bool = False,
+    *,
     num_epochs: int | None = None,
 ) -> None:
     """Send the datapoints of ``df`` to ``addr`` (a PUSH socket), epoch after epoch.
