@@ -145,3 +145,43 @@ def test_state_is_small_for_non_buffering_wrappers():
     it = iter(flow)
     next(it)
     assert len(json.dumps(flow.state_dict())) < 400
+
+
+class _Squares(df.DataFlow):
+    def __len__(self):
+        return 4
+
+    def __iter__(self):
+        for i in range(4):
+            yield [i * i]
+
+
+@pytest.mark.parametrize("name", ["mix_user", "fixed_user", "fixed_gen", "mix_iterable",
+                                  "concat_user"])
+def test_children_begin_their_epoch_when_iterated(name):
+    """Parents that create child iterators up front (or never pull from one) resume exactly."""
+    make = {
+        "mix_user": lambda: df.RandomMixData([_Squares(), _lst(2)], seed=5),
+        "fixed_user": lambda: df.FixedSizeData(_Squares(), 3, keep_state=False),
+        "fixed_gen": lambda: df.FixedSizeData(
+            df.MapDataComponent(df.DataFromGenerator(lambda: ([i] for i in range(4))), _times10),
+            3, keep_state=False),
+        "mix_iterable": lambda: df.RandomMixData(
+            [df.DataFromIterable([[i] for i in range(3)]), _lst(2, shuffle=True)], seed=1),
+        "concat_user": lambda: df.JoinData([df.ConcatData([_Squares(), _lst(2)]), _lst(5)]),
+    }[name]
+    check_resume(make, epochs=3)
+
+
+def test_closing_an_iterator_ends_its_epoch():
+    """As in an uninterrupted run, the epoch after an abandoned one starts from the beginning."""
+    a = df.BatchData(_lst(6), 2)
+    a.reset_state()
+    it = iter(a)
+    next(it)
+    it.close()
+    state = a.state_dict()
+    b = df.BatchData(_lst(6), 2)
+    b.reset_state()
+    b.load_state_dict(state)
+    assert [x[0].tolist() for x in b] == [x[0].tolist() for x in a] == [[0, 1], [2, 3], [4, 5]]

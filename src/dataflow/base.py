@@ -97,7 +97,8 @@ class DataFlowMeta(ABCMeta):
 
 def _replaying_iter(fn):
     """Wrap a user flow's ``__iter__`` to count epochs and positions, and to replay an epoch up
-    to the saved position after ``load_state_dict``."""
+    to the saved position after ``load_state_dict``. The epoch begins when ``__iter__`` is
+    called; it is over when its iterator is exhausted or closed."""
 
     @functools.wraps(fn)
     def __iter__(self):  # noqa: N807 (it becomes the class's __iter__)
@@ -117,16 +118,24 @@ def _replaying_iter(fn):
         elif isinstance(child, DataFlow) and rs.get("child_start") is not None:
             child.load_state_dict(rs["child_start"])
         rs["pos"], rs["done"] = 0, False
-        for dp in fn(self):
+        rs["token"] = token = object()
+        return _replay_run(self, fn, rs, token, skip)
+
+    __iter__._replay_wrapped = True
+    return __iter__
+
+
+def _replay_run(flow, fn, rs, token, skip):
+    try:
+        for dp in fn(flow):
             rs["pos"] += 1
             if skip:
                 skip -= 1
                 continue
             yield dp
-        rs["done"] = True
-
-    __iter__._replay_wrapped = True
-    return __iter__
+    finally:
+        if rs.get("token") is token:
+            rs["done"] = True
 
 
 class DataFlow(metaclass=DataFlowMeta):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import queue as queue_mod
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -12,12 +13,12 @@ import numpy as np
 
 from dataflow.base import DataFlow, RNGDataFlow
 from dataflow.errors import DataFlowError, UnknownLengthError
-from dataflow.state import check_state, epoch_state
+from dataflow.state import EpochCounter, check_state, epoch_state
 
 __all__ = ["DataFromGenerator", "DataFromIterable", "DataFromList", "DataFromQueue", "FakeData"]
 
 
-class FakeData(RNGDataFlow):
+class FakeData(EpochCounter, RNGDataFlow):
     """Random arrays of given shapes, for testing and benchmarking.
 
     Args:
@@ -66,9 +67,6 @@ class FakeData(RNGDataFlow):
         self.dtype = [np.dtype(d) for d in dtypes]
         self.domain = [(float(lo), float(hi)) for lo, hi in domains]
         self.seed = seed
-        self._epoch = 0  # epochs started
-        self._pos = 0  # datapoints delivered in the current epoch
-        self._resume: int | None = None  # position to continue from after load_state_dict
 
     def __len__(self) -> int:
         return self._size
@@ -80,33 +78,30 @@ class FakeData(RNGDataFlow):
         ]
 
     def __iter__(self) -> Iterator[list[np.ndarray]]:
-        start = self._begin_epoch()
-        rng = self._epoch_rng(self._epoch - 1)
-        if self.random:
-            for _ in range(start):  # re-draw the delivered part: the stream continues exactly
-                self._draw(rng)
-            for _ in range(start, self._size):
-                self._pos += 1
-                yield self._draw(rng)
-        else:
-            arrays = self._draw(rng)
-            for _ in range(start, self._size):
-                self._pos += 1
-                yield list(arrays)
+        token, start = self._begin()
+        return self._run(token, start, self._epoch_rng(self._epoch - 1))
 
-    def _begin_epoch(self) -> int:
-        """Start the next epoch, or continue a restored one; returns the start position."""
-        start, self._resume = self._resume, None
-        if start is None:
-            self._epoch += 1
-            start = 0
-        self._pos = start
-        return start
+    def _run(self, token: object, start: int, rng: np.random.RandomState) -> Iterator[Any]:
+        try:
+            if self.random:
+                for _ in range(start):  # re-draw the delivered part: the stream continues
+                    self._draw(rng)
+                for _ in range(start, self._size):
+                    self._pos += 1
+                    yield self._draw(rng)
+            else:
+                arrays = self._draw(rng)
+                for _ in range(start, self._size):
+                    self._pos += 1
+                    yield list(arrays)
+        finally:
+            self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch, position and seed; resuming re-draws the delivered part (no datapoints kept)."""
-        return {"type": "FakeData", "size": self._size, "seed": self._seed_state(),
-                **epoch_state(self._epoch - 1, self._pos, self._pos >= self._size)}
+        state = self._counters()
+        state["done"] = state["done"] or self._pos >= self._size
+        return {"type": "FakeData", "size": self._size, "seed": self._seed_state(), **state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, size=self._size)
@@ -121,6 +116,9 @@ def _load_epoch(flow: Any, state: dict[str, Any]) -> None:
         flow._epoch, flow._pos, flow._resume = state["epoch"] + 1, state["pos"], None
     else:
         flow._epoch, flow._pos, flow._resume = state["epoch"] + 1, state["pos"], state["pos"]
+    if hasattr(flow, "_done"):
+        flow._done = state["done"]
+    flow._token = None
 
 
 class DataFromQueue(DataFlow):
@@ -145,7 +143,7 @@ class DataFromQueue(DataFlow):
         check_state(state, self)
 
 
-class DataFromList(RNGDataFlow):
+class DataFromList(EpochCounter, RNGDataFlow):
     """Datapoints from a list. ``len = len(lst)``.
 
     With ``shuffle=True`` each epoch visits the elements in a new random order (the list itself
@@ -163,9 +161,6 @@ class DataFromList(RNGDataFlow):
         self.lst = lst
         self.shuffle = shuffle
         self.seed = seed
-        self._epoch = 0  # epochs started
-        self._pos = 0
-        self._resume: int | None = None
         self._itr: Iterator[Any] | None = None  # iterator whose length hint gives the position
         self._itr_len = 0
 
@@ -173,7 +168,7 @@ class DataFromList(RNGDataFlow):
         return len(self.lst)
 
     def __iter__(self) -> Iterator[Any]:
-        start = FakeData._begin_epoch(self)  # type: ignore[arg-type]
+        _token, start = self._begin()
         lst = self.lst
         n = len(lst)
         if not self.shuffle:
@@ -186,16 +181,21 @@ class DataFromList(RNGDataFlow):
         self._itr_len = n
         return map(lst.__getitem__, order_itr)
 
-    def _position(self) -> int:
+    def _position(self) -> tuple[int, bool]:
+        """(delivered, over) of the epoch in progress, read off its iterator."""
         if self._itr is None:
-            return self._pos
-        return self._itr_len - self._itr.__length_hint__()
+            return self._pos, self._done
+        pos = self._itr_len - self._itr.__length_hint__()
+        # getrefcount sees our attribute and its own argument only: nobody else holds the
+        # iterator, so its consumer closed or dropped it and the epoch is over (as a generator's
+        # is when it is closed)
+        return pos, pos >= self._itr_len or sys.getrefcount(self._itr) <= _OWN_REFS
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch, position, list length and seed (the order of an epoch is re-derived)."""
-        pos = self._position()
+        pos, done = self._position()
         state: dict[str, Any] = {"type": "DataFromList", "size": len(self.lst),
-                                 **epoch_state(self._epoch - 1, pos, pos >= len(self.lst))}
+                                 **epoch_state(self._epoch - 1, pos, done)}
         if self.shuffle:
             state["seed"] = self._seed_state()
         return state
@@ -206,7 +206,12 @@ class DataFromList(RNGDataFlow):
         self._itr = None
 
 
-class DataFromGenerator(DataFlow):
+# references to an abandoned iterator seen by sys.getrefcount (see DataFromList._position);
+# where reference counts are not exact this way, an abandoned epoch is resumed instead of ended
+_OWN_REFS = 2 if sys.implementation.name == "cpython" and sys.version_info < (3, 14) else -1
+
+
+class DataFromGenerator(EpochCounter, DataFlow):
     """Datapoints from a generator.
 
     ``gen`` is either a zero-argument callable returning a fresh iterable (called once per epoch)
@@ -223,8 +228,6 @@ class DataFromGenerator(DataFlow):
             )
         self._gen = gen
         self._used = False
-        self._epoch, self._pos, self._done = 0, 0, True
-        self._resume: int | None = None
 
     def __len__(self) -> int:
         raise UnknownLengthError(
@@ -255,18 +258,21 @@ class DataFromGenerator(DataFlow):
 
 
 def _replay(flow: Any, itr: Iterable[Any]) -> Iterator[Any]:
-    """Iterate ``itr`` for ``flow`` counting positions; after a restore, skip what was
-    delivered."""
-    start, flow._resume = flow._resume, None
-    if start is None:
-        flow._epoch += 1
-        start = 0
-    flow._pos, flow._done = 0, False
-    for dp in itr:
-        flow._pos += 1
-        if flow._pos > start:
-            yield dp
-    flow._done = True
+    """Begin an epoch of ``flow`` now and iterate ``itr`` counting positions; after a restore,
+    skip what was delivered."""
+    token, start = flow._begin()
+    flow._pos = 0
+    return _replay_run(flow, itr, token, start)
+
+
+def _replay_run(flow: Any, itr: Iterable[Any], token: object, start: int) -> Iterator[Any]:
+    try:
+        for dp in itr:
+            flow._pos += 1
+            if flow._pos > start:
+                yield dp
+    finally:
+        flow._end(token)
 
 
 def _replay_state(flow: Any) -> dict[str, Any]:
@@ -275,11 +281,10 @@ def _replay_state(flow: Any) -> dict[str, Any]:
 
 def _replay_load(flow: Any, state: dict[str, Any]) -> None:
     check_state(state, flow)
-    flow._done = state["done"]
     _load_epoch(flow, state)
 
 
-class DataFromIterable(DataFlow):
+class DataFromIterable(EpochCounter, DataFlow):
     """Datapoints from an iterable; ``len`` is ``len(iterable)`` when it has one."""
 
     def __init__(self, iterable: Iterable[Any]) -> None:
@@ -290,8 +295,6 @@ class DataFromIterable(DataFlow):
             self._len: int | None = len(iterable)  # type: ignore[arg-type]
         except TypeError:
             self._len = None
-        self._epoch, self._pos, self._done = 0, 0, True
-        self._resume: int | None = None
 
     def __len__(self) -> int:
         if self._len is None:

@@ -20,6 +20,7 @@ from typing import Any
 from dataflow.errors import DataFlowError
 
 __all__ = [
+    "EpochCounter",
     "StateMismatchError",
     "check_state",
     "decode_items",
@@ -138,3 +139,43 @@ def rng_from_state(state: dict[str, Any]) -> Any:
         "has_gauss": state["has_gauss"], "gauss": state["gauss"],
     })
     return rng
+
+
+class EpochCounter:
+    """Mixin: the ``(epoch, pos, done)`` counters of a stage and their life cycle.
+
+    ``__iter__`` calls :meth:`_begin` itself (not lazily in its generator): the epoch belongs to
+    the iterator from the moment it is created, since parents such as ``RandomMixData`` create
+    their children's iterators up front. The generator calls :meth:`_end` in a ``finally``:
+    an epoch is over when its iterator is exhausted *or closed*, so the next ``__iter__`` starts
+    a new epoch, in an uninterrupted run and after a restore alike.
+    """
+
+    _epoch = 0  # epochs started
+    _pos = 0  # datapoints delivered in the epoch in progress
+    _done = True  # the epoch in progress is over
+    _resume: int | None = None  # where the next __iter__ continues, after a restore
+    _token: object | None = None  # identifies the iterator that owns the epoch in progress
+
+    def _begin(self) -> tuple[object, int]:
+        """Start the next epoch, or continue a restored one: ``(token, start position)``."""
+        start, self._resume = self._resume, None
+        if start is None:
+            self._epoch += 1
+            start = 0
+        self._pos, self._done = start, False
+        self._token = token = object()
+        return token, start
+
+    def _end(self, token: object) -> None:
+        """The iterator ``token`` ended or was closed (a newer one may own the epoch by now)."""
+        if self._token is token:
+            self._done = True
+
+    def _counters(self) -> dict[str, Any]:
+        return epoch_state(self._epoch - 1, self._pos, self._done)
+
+    def _restore_counters(self, state: dict[str, Any]) -> None:
+        self._epoch, self._pos, self._done = state["epoch"] + 1, state["pos"], state["done"]
+        self._resume = None if state["done"] else state["pos"]
+        self._token = None

@@ -149,8 +149,10 @@ class BatchData(ProxyDataFlow):
         return q + (1 if self.remainder and r else 0)
 
     def __iter__(self) -> Iterator[Any]:
+        return self._run(iter(self.ds))  # the child's epoch begins with this iterator
+
+    def _run(self, itr: Iterator[Any]) -> Iterator[Any]:
         bs, use_list = self.batch_size, self.use_list
-        itr = iter(self.ds)
         while True:
             chunk = list(islice(itr, bs))  # one C-level call per batch, not one per datapoint
             if len(chunk) < bs:
@@ -200,10 +202,10 @@ class BatchDataByShape(BatchData):
         self._buckets = {tuple(shape): items for shape, items in decode_items(state["buckets"])}
         self.ds.load_state_dict(state["child"])
 
-    def __iter__(self) -> Iterator[Any]:
+    def _run(self, itr: Iterator[Any]) -> Iterator[Any]:
         with self._guard:
             idx, bs, buckets = self.idx, self.batch_size, self._buckets
-            for dp in self.ds:
+            for dp in itr:
                 shape = np.shape(dp[idx])
                 bucket = buckets.setdefault(shape, [])
                 bucket.append(dp)

@@ -6,12 +6,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
-from dataflow.state import check_state, decode_items, encode_items, epoch_state, state_done
+from dataflow.state import EpochCounter, check_state, decode_items, encode_items, state_done
 
 __all__ = ["CacheData"]
 
 
-class CacheData(ProxyDataFlow, RNGDataFlow):
+class CacheData(EpochCounter, ProxyDataFlow, RNGDataFlow):
     """Caches the datapoints of the first complete epoch of ``ds`` and replays them after.
 
     The first epoch passes ``ds`` through while caching; later epochs replay the cache, shuffled
@@ -27,8 +27,6 @@ class CacheData(ProxyDataFlow, RNGDataFlow):
         self._guard = DataFlowReentrantGuard("CacheData")
         self._cache: list[Any] | None = None
         self._partial: list[Any] = []  # the first epoch's datapoints so far
-        self._epoch, self._pos, self._done = 0, 0, True
-        self._resume: int | None = None
 
     def reset_state(self) -> None:
         ProxyDataFlow.reset_state(self)
@@ -41,33 +39,36 @@ class CacheData(ProxyDataFlow, RNGDataFlow):
         return len(self.ds)
 
     def __iter__(self) -> Iterator[Any]:
+        restored = self._resume is not None
+        token, start = self._begin()
+        if not restored:
+            self._partial = []
+        itr = iter(self.ds) if self._cache is None else None  # the child's epoch begins now
+        return self._run(token, start, itr)
+
+    def _run(self, token: object, start: int, itr: Iterator[Any] | None) -> Iterator[Any]:
         with self._guard:
-            start, self._resume = self._resume, None
-            if start is None:
-                self._epoch += 1
-                start = 0
-                self._partial = []
-            self._pos, self._done = start, False
-            if self._cache is None:
-                cache = self._partial
-                for dp in self.ds:
-                    cache.append(dp)
-                    self._pos += 1
-                    yield dp
-                self._cache, self._partial = cache, []  # only a complete epoch is kept
-                self._done = True
-                return
-            cache = self._cache
-            if self.shuffle:
-                order = self._epoch_rng(self._epoch - 1).permutation(len(cache))[start:]
-                for i in order:
-                    self._pos += 1
-                    yield cache[i]
-            else:
-                for i in range(start, len(cache)):
-                    self._pos += 1
-                    yield cache[i]
-            self._done = True
+            try:
+                if itr is not None:
+                    cache = self._partial
+                    for dp in itr:
+                        cache.append(dp)
+                        self._pos += 1
+                        yield dp
+                    self._cache, self._partial = cache, []  # only a complete epoch is kept
+                    return
+                cache = self._cache
+                if self.shuffle:
+                    order = self._epoch_rng(self._epoch - 1).permutation(len(cache))[start:]
+                    for i in order:
+                        self._pos += 1
+                        yield cache[i]
+                else:
+                    for i in range(start, len(cache)):
+                        self._pos += 1
+                        yield cache[i]
+            finally:
+                self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own counters and seed, and, since this flow holds a buffer, the cached datapoints
@@ -75,7 +76,7 @@ class CacheData(ProxyDataFlow, RNGDataFlow):
         cached = self._cache is not None
         return {
             "type": "CacheData", "shuffle": self.shuffle,
-            **epoch_state(self._epoch - 1, self._pos, self._done),
+            **self._counters(),
             "seed": self._seed_state(), "complete": cached,
             "cache": encode_items(self._cache if cached else self._partial),
             "child": self.ds.state_dict(),
@@ -84,12 +85,11 @@ class CacheData(ProxyDataFlow, RNGDataFlow):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, shuffle=self.shuffle)
         self._load_seed_state(state["seed"])
-        self._epoch, self._pos, self._done = state["epoch"] + 1, state["pos"], state["done"]
+        self._restore_counters(state)
         items = decode_items(state["cache"])
         if state["complete"] or (state_done(state["child"]) and state["epoch"] >= 0):
             # (saved after the first epoch's last datapoint: the cache was complete)
             self._cache, self._partial = items, []
         else:
             self._cache, self._partial = None, items if not state["done"] else []
-        self._resume = None if state["done"] else state["pos"]
         self.ds.load_state_dict(state["child"])

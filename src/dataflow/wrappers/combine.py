@@ -12,7 +12,7 @@ import numpy as np
 
 from dataflow.base import DataFlow, RNGDataFlow
 from dataflow.errors import DataFlowError, UnknownLengthError
-from dataflow.state import StateMismatchError, check_state, epoch_state, finished, state_done
+from dataflow.state import EpochCounter, StateMismatchError, check_state, finished, state_done
 
 __all__ = ["ConcatData", "JoinData", "RandomChooseData", "RandomMixData"]
 
@@ -47,32 +47,19 @@ def _close_distinct(flows: Sequence[DataFlow]) -> None:
             df.close()
 
 
-class _MultiFlow(DataFlow):
-    """Shared bookkeeping of the flows over several children: own (epoch, pos, done) counters
-    and the children's states under ``"children"``."""
+class _Children(EpochCounter):
+    """Mixin of the flows over several children: own counters (:class:`EpochCounter`) and the
+    children's states under ``"children"``."""
 
     df_lists: list[DataFlow]
-    _epoch = 0
-    _pos = 0
-    _done = True
-    _resume: int | None = None
     _children_done: list[bool] | None = None  # after a restore: which children were at their end
 
-    def reset_state(self) -> None:
-        _reset_distinct(self.df_lists)
-
-    def close(self) -> None:
-        _close_distinct(self.df_lists)
-
-    def _begin(self) -> int:
-        """Start the next epoch, or continue a restored one; returns the start position."""
-        start, self._resume = self._resume, None
-        if start is None:
-            self._epoch += 1
-            start = 0
+    def _begin_children(self) -> tuple[object, int]:
+        restored = self._resume is not None
+        token, start = self._begin()
+        if not restored:
             self._children_done = None
-        self._pos, self._done = start, False
-        return start
+        return token, start
 
     def _iter_child(self, i: int) -> Any:
         """An iterator of child ``i``; empty if it was restored at the end of its epoch."""
@@ -80,28 +67,34 @@ class _MultiFlow(DataFlow):
             return iter(())
         return iter(self.df_lists[i])
 
-    def _counters_state(self, **extra: Any) -> dict[str, Any]:
+    def _children_state(self, **extra: Any) -> dict[str, Any]:
         return {"type": type(self).__name__, "num_flows": len(self.df_lists), **extra,
-                **epoch_state(self._epoch - 1, self._pos, self._done),
-                "children": [df.state_dict() for df in self.df_lists]}
+                **self._counters(), "children": [df.state_dict() for df in self.df_lists]}
 
-    def _load_counters(self, state: dict[str, Any], **expected: Any) -> None:
+    def _load_children(self, state: dict[str, Any], **expected: Any) -> None:
         check_state(state, self, num_flows=len(self.df_lists), **expected)
-        children = state["children"]
-        self._epoch, self._pos, self._done = state["epoch"] + 1, state["pos"], state["done"]
-        if state["done"]:
-            children = finished(children)
-            self._resume, self._children_done = None, None
-        else:
-            self._resume = state["pos"]
-            self._children_done = [state_done(c) for c in children]
         if len({id(df) for df in self.df_lists}) != len(self.df_lists):
             raise StateMismatchError(
                 f"{type(self).__name__} lists the same flow instance twice; its state cannot be "
                 "restored. Use separate instances."
             )
+        children = state["children"]
+        self._restore_counters(state)
+        if state["done"]:
+            children = finished(children)
+            self._children_done = None
+        else:
+            self._children_done = [state_done(c) for c in children]
         for df, child in zip(self.df_lists, children):
             df.load_state_dict(child)
+
+
+class _MultiFlow(_Children, DataFlow):
+    def reset_state(self) -> None:
+        _reset_distinct(self.df_lists)
+
+    def close(self) -> None:
+        _close_distinct(self.df_lists)
 
 
 class ConcatData(_MultiFlow):
@@ -115,26 +108,29 @@ class ConcatData(_MultiFlow):
         return sum(len(df) for df in self.df_lists)
 
     def __iter__(self) -> Iterator[Any]:
-        self._begin()
-        first = self._current
-        for i in range(first, len(self.df_lists)):
-            self._current = i
-            for dp in self._iter_child(i) if i == first else iter(self.df_lists[i]):
-                self._pos += 1
-                yield dp
-        self._current, self._done = 0, True
+        restored = self._resume is not None
+        token, _ = self._begin_children()
+        if not restored:
+            self._current = 0
+        first = self._iter_child(self._current)  # the first child's epoch begins now
+        return self._run(token, self._current, first)
+
+    def _run(self, token: object, start: int, first: Iterator[Any]) -> Iterator[Any]:
+        try:
+            for i in range(start, len(self.df_lists)):
+                self._current = i
+                for dp in first if i == start else iter(self.df_lists[i]):
+                    self._pos += 1
+                    yield dp
+        finally:
+            self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own counters, the flow in progress and every child's state."""
-        return self._counters_state(current=self._current)
-
-    def _begin(self) -> int:
-        if self._resume is None:
-            self._current = 0
-        return super()._begin()
+        return self._children_state(current=self._current)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._load_counters(state)
+        self._load_children(state)
         self._current = 0 if state["done"] else int(state["current"])
 
 
@@ -160,30 +156,35 @@ class JoinData(_MultiFlow):
 
     def state_dict(self) -> dict[str, Any]:
         """Own counters and every child's state."""
-        return self._counters_state()
+        return self._children_state()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._load_counters(state)
+        self._load_children(state)
 
     def __iter__(self) -> Iterator[Any]:
-        self._begin()
-        for dps in zip(*(self._iter_child(i) for i in range(len(self.df_lists)))):
-            self._pos += 1
-            first = dps[0]
-            if isinstance(first, dict):
-                out: Any = {}
-                for i, dp in enumerate(dps):
-                    if not isinstance(dp, dict):
-                        raise TypeError(_mixed_message(dps, i))
-                    out.update(dp)
-            else:
-                out = []
-                for i, dp in enumerate(dps):
-                    if isinstance(dp, dict):
-                        raise TypeError(_mixed_message(dps, i))
-                    out.extend(dp)
-            yield out
-        self._done = True
+        token, _ = self._begin_children()
+        return self._run(token, [self._iter_child(i) for i in range(len(self.df_lists))])
+
+    def _run(self, token: object, itrs: list[Iterator[Any]]) -> Iterator[Any]:
+        try:
+            for dps in zip(*itrs):
+                self._pos += 1
+                first = dps[0]
+                if isinstance(first, dict):
+                    out: Any = {}
+                    for i, dp in enumerate(dps):
+                        if not isinstance(dp, dict):
+                            raise TypeError(_mixed_message(dps, i))
+                        out.update(dp)
+                else:
+                    out = []
+                    for i, dp in enumerate(dps):
+                        if isinstance(dp, dict):
+                            raise TypeError(_mixed_message(dps, i))
+                        out.extend(dp)
+                yield out
+        finally:
+            self._end(token)
 
 
 def _mixed_message(dps: Sequence[Any], i: int) -> str:
@@ -210,7 +211,7 @@ def _parse_weighted(df_lists: Any) -> tuple[list[DataFlow], np.ndarray]:
     return flows, np.full(len(flows), 1.0 / len(flows))
 
 
-class RandomChooseData(RNGDataFlow):
+class RandomChooseData(_Children, RNGDataFlow):
     """At each step yields the next datapoint of a randomly chosen flow.
 
     ``df_lists`` is a list of flows (equal probability) or of ``(flow, probability)`` pairs whose
@@ -221,9 +222,6 @@ class RandomChooseData(RNGDataFlow):
     def __init__(self, df_lists: Sequence[Any], *, seed: int | None = None) -> None:
         self.df_lists, self.probs = _parse_weighted(df_lists)
         self.seed = seed
-        self._epoch, self._pos, self._done = 0, 0, True
-        self._resume: int | None = None
-        self._children_done: list[bool] | None = None
 
     def reset_state(self) -> None:
         super().reset_state()
@@ -233,37 +231,42 @@ class RandomChooseData(RNGDataFlow):
         _close_distinct(self.df_lists)
 
     def __iter__(self) -> Iterator[Any]:
-        start = _MultiFlow._begin(self)  # type: ignore[arg-type]
+        token, start = self._begin_children()
         rng = self._epoch_rng(self._epoch - 1)
-        itrs = [_MultiFlow._iter_child(self, i) for i in range(len(self.df_lists))]  # type: ignore[arg-type]
+        itrs = [self._iter_child(i) for i in range(len(self.df_lists))]
+        return self._run(token, start, rng, itrs)
+
+    def _run(self, token: object, start: int, rng: Any, itrs: list[Any]) -> Iterator[Any]:
         n, probs = len(itrs), self.probs
         picks = 0
-        while True:
-            for k in rng.choice(n, size=_CHUNK, p=probs):
-                picks += 1
-                if picks <= start:  # restored: these picks were made before the state was saved
-                    continue
-                try:
-                    dp = next(itrs[k])
-                except StopIteration:
-                    self._done = True
-                    return
-                self._pos += 1
-                yield dp
+        try:
+            while True:
+                for k in rng.choice(n, size=_CHUNK, p=probs):
+                    picks += 1
+                    if picks <= start:  # restored: these picks were made before the save
+                        continue
+                    try:
+                        dp = next(itrs[k])
+                    except StopIteration:
+                        return
+                    self._pos += 1
+                    yield dp
+        finally:
+            self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own counters (the number of picks), the seed and every child's state."""
-        return _MultiFlow._counters_state(self, seed=self._seed_state())  # type: ignore[arg-type]
+        return self._children_state(seed=self._seed_state())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        _MultiFlow._load_counters(self, state)  # type: ignore[arg-type]
+        self._load_children(state)
         self._load_seed_state(state["seed"])
 
 
 _CHUNK = 256
 
 
-class RandomMixData(RNGDataFlow):
+class RandomMixData(_Children, RNGDataFlow):
     """Mixes the flows at random so that each is consumed exactly ``len(flow)`` times.
 
     Needs the length of every flow; ``len`` is their sum. A flow that yields fewer datapoints
@@ -281,9 +284,6 @@ class RandomMixData(RNGDataFlow):
                     f"({type(df).__name__}) has none. Use RandomChooseData instead."
                 ) from e
         self.seed = seed
-        self._epoch, self._pos, self._done = 0, 0, True
-        self._resume: int | None = None
-        self._children_done: list[bool] | None = None
 
     def reset_state(self) -> None:
         super().reset_state()
@@ -296,28 +296,35 @@ class RandomMixData(RNGDataFlow):
         return sum(len(df) for df in self.df_lists)
 
     def __iter__(self) -> Iterator[Any]:
-        start = _MultiFlow._begin(self)  # type: ignore[arg-type]
+        token, start = self._begin_children()
         rng = self._epoch_rng(self._epoch - 1)
         lens = [len(df) for df in self.df_lists]
         order = np.repeat(np.arange(len(lens)), lens)
         rng.shuffle(order)
-        itrs = [_MultiFlow._iter_child(self, i) for i in range(len(self.df_lists))]  # type: ignore[arg-type]
-        for k in order[start:].tolist():
-            try:
-                dp = next(itrs[k])
-            except StopIteration:
-                raise DataFlowError(
-                    f"RandomMixData: `df_lists[{k}]` ({type(self.df_lists[k]).__name__}) ended "
-                    f"before yielding its len() = {lens[k]} datapoints; its length must be exact."
-                ) from None
-            self._pos += 1
-            yield dp
-        self._done = True
+        itrs = [self._iter_child(i) for i in range(len(self.df_lists))]
+        return self._run(token, order[start:].tolist(), lens, itrs)
+
+    def _run(self, token: object, order: list[int], lens: list[int], itrs: list[Any]
+             ) -> Iterator[Any]:
+        try:
+            for k in order:
+                try:
+                    dp = next(itrs[k])
+                except StopIteration:
+                    raise DataFlowError(
+                        f"RandomMixData: `df_lists[{k}]` ({type(self.df_lists[k]).__name__}) "
+                        f"ended before yielding its len() = {lens[k]} datapoints; its length "
+                        "must be exact."
+                    ) from None
+                self._pos += 1
+                yield dp
+        finally:
+            self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own counters, the seed (the order of an epoch is re-derived) and the children's."""
-        return _MultiFlow._counters_state(self, seed=self._seed_state())  # type: ignore[arg-type]
+        return self._children_state(seed=self._seed_state())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        _MultiFlow._load_counters(self, state)  # type: ignore[arg-type]
+        self._load_children(state)
         self._load_seed_state(state["seed"])

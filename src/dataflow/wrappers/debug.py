@@ -95,7 +95,10 @@ class PrintData(ProxyDataFlow):
         return "\n".join([title, *body])
 
     def __iter__(self) -> Iterator[Any]:
-        for dp in self.ds:
+        return self._run(iter(self.ds))  # the child's epoch begins with this iterator
+
+    def _run(self, itr: Iterator[Any]) -> Iterator[Any]:
+        for dp in itr:
             if self.cnt < self.num:
                 print(self.format(dp), file=self.file or sys.stderr)
                 self.cnt += 1

@@ -30,8 +30,12 @@ class MapData(ProxyDataFlow):
         self.func = func
 
     def __iter__(self) -> Iterator[Any]:
+        # iter(ds) now, not at the first next(): the child's epoch begins with this iterator
+        return self._run(iter(self.ds))
+
+    def _run(self, itr: Iterator[Any]) -> Iterator[Any]:
         func = self.func
-        for dp in self.ds:
+        for dp in itr:
             if type(dp) is list:
                 dp = dp[:]
             elif isinstance(dp, dict):
@@ -54,9 +58,9 @@ class MapDataComponent(MapData):
         self.func = func
         self.index = index
 
-    def __iter__(self) -> Iterator[Any]:
+    def _run(self, itr: Iterator[Any]) -> Iterator[Any]:
         func, index = self.func, self.index
-        for dp in self.ds:
+        for dp in itr:
             ret = func(dp[index])
             if ret is None:
                 continue

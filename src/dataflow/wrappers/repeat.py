@@ -7,7 +7,7 @@ from typing import Any
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
-from dataflow.state import check_state, epoch_state, finished, state_done
+from dataflow.state import EpochCounter, check_state, finished, state_done
 
 __all__ = ["FixedSizeData", "RepeatedData", "RepeatedDataPoint"]
 
@@ -20,7 +20,7 @@ def _check_int(value: Any, name: str, minimum: int, hint: str = "") -> int:
     return value
 
 
-class RepeatedData(ProxyDataFlow):
+class RepeatedData(EpochCounter, ProxyDataFlow):
     """Repeats the whole epoch of ``ds`` ``num`` times; ``num=-1`` repeats forever.
 
     ``len`` is ``len(ds) * num``; with ``num=-1`` the length is unknown (``NotImplementedError``).
@@ -31,8 +31,8 @@ class RepeatedData(ProxyDataFlow):
         if num != -1:
             _check_int(num, "num", 0, " Use num=-1 to repeat forever.")
         self.num = num
-        self._epoch, self._rep, self._done = 0, 0, True
-        self._resume: int | None = None
+        self._rep = 0  # the repetition in progress
+        self._resume_rep = 0  # where a restored epoch continues
 
     def __len__(self) -> int:
         if self.num == -1:
@@ -40,38 +40,50 @@ class RepeatedData(ProxyDataFlow):
         return len(self.ds) * self.num
 
     def __iter__(self) -> Iterator[Any]:
-        rep, self._resume = self._resume, None
-        if rep is None:
-            self._epoch += 1
-            rep = 0
-        self._done = False
+        restored = self._resume is not None
+        token, _ = self._begin()
+        rep = self._resume_rep if restored else 0
+        self._rep = rep
+        first = iter(self.ds) if self.num == -1 or rep < self.num else iter(())
+        return self._run(token, rep, restored, first)
+
+    def _run(
+        self, token: object, rep: int, restored: bool, first: Iterator[Any] | None
+    ) -> Iterator[Any]:
         num = self.num
-        while num == -1 or rep < num:
-            self._rep = rep
-            empty = True
-            for dp in self.ds:
-                empty = False
-                yield dp
-            if empty and num == -1:  # an empty epoch repeated forever would spin without yielding
-                break
-            rep += 1
-        self._done = True
+        try:
+            while num == -1 or rep < num:
+                self._rep = rep
+                empty = True
+                itr = first if first is not None else iter(self.ds)
+                first = None
+                for dp in itr:
+                    empty = False
+                    yield dp
+                # an empty epoch repeated forever would spin (the rest of a restored one may
+                # be empty, though)
+                if empty and num == -1 and not restored:
+                    break
+                restored = False
+                rep += 1
+        finally:
+            self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own epoch, the repetition in progress, and the child's state."""
-        return {"type": "RepeatedData", "num": self.num, "rep": self._rep,
-                **epoch_state(self._epoch - 1, 0, self._done), "child": self.ds.state_dict()}
+        return {"type": "RepeatedData", "num": self.num, "rep": self._rep, **self._counters(),
+                "child": self.ds.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, num=self.num)
-        self._epoch, self._rep, self._done = state["epoch"] + 1, state["rep"], state["done"]
+        self._restore_counters(state)
+        self._rep = state["rep"]
         if state["done"]:
             self.ds.load_state_dict(finished(state["child"]))
-            self._resume = None
         else:
             self.ds.load_state_dict(state["child"])
             # the repetition in progress continues, or the next one starts if its epoch was over
-            self._resume = state["rep"] + (1 if state_done(state["child"]) else 0)
+            self._resume_rep = state["rep"] + (1 if state_done(state["child"]) else 0)
 
 
 class RepeatedDataPoint(ProxyDataFlow):
@@ -88,9 +100,11 @@ class RepeatedDataPoint(ProxyDataFlow):
         return len(self.ds) * self.num
 
     def __iter__(self) -> Iterator[Any]:
-        num, ds = self.num, self.ds
         skip, self._resume = self._resume, 0
-        itr = iter(ds)
+        return self._run(iter(self.ds), skip)
+
+    def _run(self, itr: Iterator[Any], skip: int) -> Iterator[Any]:
+        num, ds = self.num, self.ds
         while True:
             # the child's state before the pull, so that a state taken between the copies of
             # this datapoint can pull it again
@@ -123,7 +137,7 @@ class RepeatedDataPoint(ProxyDataFlow):
 _END = object()
 
 
-class FixedSizeData(ProxyDataFlow):
+class FixedSizeData(EpochCounter, ProxyDataFlow):
     """Yields exactly ``size`` datapoints per epoch, restarting ``ds`` whenever it ends.
 
     With ``keep_state=True`` the iterator of ``ds`` continues across epochs
@@ -136,8 +150,6 @@ class FixedSizeData(ProxyDataFlow):
         self._keep_state = keep_state
         self._guard = DataFlowReentrantGuard("FixedSizeData")
         self._itr: Iterator[Any] | None = None
-        self._epoch, self._cnt, self._done = 0, 0, True
-        self._resume: int | None = None
 
     def __len__(self) -> int:
         return self._size
@@ -147,53 +159,50 @@ class FixedSizeData(ProxyDataFlow):
         self._itr = None
 
     def __iter__(self) -> Iterator[Any]:
+        restored = self._resume is not None
+        token, _ = self._begin()
+        fresh = False  # whether the current iterator of ds is new and has yielded nothing
+        if not restored and (self._itr is None or not self._keep_state):
+            self._itr = iter(self.ds)
+            fresh = True
+        elif self._itr is None:
+            self._itr = iter(self.ds)  # continues the child's restored epoch
+        return self._run(token, fresh)
+
+    def _run(self, token: object, fresh: bool) -> Iterator[Any]:
         with self._guard:
-            cnt, self._resume = self._resume, None
-            fresh = False  # whether the current iterator of ds is new and has yielded nothing
-            if cnt is None:
-                self._epoch += 1
-                cnt = 0
-                if self._itr is None or not self._keep_state:
-                    self._itr = iter(self.ds)
-                    fresh = True
-            elif self._itr is None:
-                self._itr = iter(self.ds)  # continues the child's restored epoch
-            self._cnt, self._done = cnt, False
-            while self._cnt < self._size:
-                try:
-                    dp = next(self._itr)
-                except StopIteration:
-                    if fresh:
-                        raise ValueError(
-                            "FixedSizeData: the wrapped dataflow yielded no datapoint in a whole "
-                            f"epoch, so {self._size} datapoints cannot be produced."
-                        ) from None
-                    self._itr = iter(self.ds)
-                    fresh = True
-                    continue
-                fresh = False
-                self._cnt += 1
-                yield dp
-            self._done = True
+            try:
+                while self._pos < self._size:
+                    try:
+                        dp = next(self._itr)
+                    except StopIteration:
+                        if fresh:
+                            raise ValueError(
+                                "FixedSizeData: the wrapped dataflow yielded no datapoint in a "
+                                f"whole epoch, so {self._size} datapoints cannot be produced."
+                            ) from None
+                        self._itr = iter(self.ds)
+                        fresh = True
+                        continue
+                    fresh = False
+                    self._pos += 1
+                    yield dp
+            finally:
+                self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own epoch and count, and the child's state (its iterator continues across epochs
         with ``keep_state``)."""
         return {"type": "FixedSizeData", "size": self._size, "keep_state": self._keep_state,
-                **epoch_state(self._epoch - 1, self._cnt, self._done),
-                "child": self.ds.state_dict()}
+                **self._counters(), "child": self.ds.state_dict()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, size=self._size, keep_state=self._keep_state)
-        self._epoch, self._cnt, self._done = state["epoch"] + 1, state["pos"], state["done"]
+        self._restore_counters(state)
         self._itr = None
         if state["done"] and not self._keep_state:
             self.ds.load_state_dict(finished(state["child"]))  # the next epoch restarts ds
         else:
             self.ds.load_state_dict(state["child"])
-        if state["done"]:
-            self._resume = None
-            if self._keep_state and state["epoch"] >= 0:
-                self._itr = iter(self.ds)  # the next epoch continues the child's epoch
-        else:
-            self._resume = state["pos"]
+        if state["done"] and self._keep_state and state["epoch"] >= 0:
+            self._itr = iter(self.ds)  # the next epoch continues the child's epoch

@@ -9,10 +9,10 @@ from typing import Any
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from dataflow.errors import UnknownLengthError
 from dataflow.state import (
+    EpochCounter,
     check_state,
     decode_items,
     encode_items,
-    epoch_state,
     rng_from_state,
     rng_state,
 )
@@ -23,7 +23,7 @@ __all__ = ["LocallyShuffleData"]
 _END = object()
 
 
-class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
+class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
     """Shuffles the datapoints of ``ds`` within a buffer of ``buffer_size``.
 
     Incoming datapoints (from ``ds`` repeated forever) are appended ``num_reuse`` times each to a
@@ -65,8 +65,6 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self._buffer: deque[Any] = deque(maxlen=buffer_size)
         self._repeat = RepeatedData(ds, -1)  # ds, epoch after epoch
         self._source: Iterator[Any] | None = None
-        self._epoch, self._pos, self._done = 0, 0, True
-        self._resume: int | None = None
         self._incoming = 0  # datapoints taken from ds since reset_state
         self._current: Any = None  # the datapoint being appended num_reuse times
         self._pending = 0  # copies of it still to append
@@ -89,48 +87,50 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
         self._buffer.extend(items)
 
     def __iter__(self) -> Iterator[Any]:
+        if self.rng is None:
+            RNGDataFlow.reset_state(self)
+        token, start = self._begin()
+        if self._source is None:
+            self._source = iter(self._repeat)
+        return self._run(token, start)
+
+    def _run(self, token: object, start: int) -> Iterator[Any]:
         with self._guard:
-            if self.rng is None:
-                RNGDataFlow.reset_state(self)
-            start, self._resume = self._resume, None
-            if start is None:
-                self._epoch += 1
-                start = 0
-            self._pos, self._done = start, False
             try:
-                remaining: int | None = len(self) - start
-            except UnknownLengthError:
-                remaining = None
-            if self._source is None:
-                self._source = iter(self._repeat)
-            source, buf = self._source, self._buffer
-            reuse, interval, size = self.num_reuse, self.shuffle_interval, self.buffer_size
-            while remaining is None or remaining > 0:
-                if self._pending == 0:
-                    dp = next(source, _END)
-                    if dp is _END:  # ds yields nothing at all: flush the buffer and stop
-                        while buf and (remaining is None or remaining > 0):
-                            if remaining is not None:
-                                remaining -= 1
-                            self._pos += 1
-                            yield buf.popleft()
-                        break
-                    self._current, self._pending = dp, reuse
-                    self._incoming += 1
-                    if self._incoming % interval == 0:
-                        self._shuffle()
-                if len(buf) == size:
-                    out = buf.popleft()
-                    buf.append(self._current)
-                    self._pending -= 1
-                    if remaining is not None:
-                        remaining -= 1
-                    self._pos += 1
-                    yield out
-                else:
-                    buf.append(self._current)
-                    self._pending -= 1
-            self._done = True
+                try:
+                    remaining: int | None = len(self) - start
+                except UnknownLengthError:
+                    remaining = None
+                source, buf = self._source, self._buffer
+                assert source is not None
+                reuse, interval, size = self.num_reuse, self.shuffle_interval, self.buffer_size
+                while remaining is None or remaining > 0:
+                    if self._pending == 0:
+                        dp = next(source, _END)
+                        if dp is _END:  # ds yields nothing at all: flush the buffer and stop
+                            while buf and (remaining is None or remaining > 0):
+                                if remaining is not None:
+                                    remaining -= 1
+                                self._pos += 1
+                                yield buf.popleft()
+                            break
+                        self._current, self._pending = dp, reuse
+                        self._incoming += 1
+                        if self._incoming % interval == 0:
+                            self._shuffle()
+                    if len(buf) == size:
+                        out = buf.popleft()
+                        buf.append(self._current)
+                        self._pending -= 1
+                        if remaining is not None:
+                            remaining -= 1
+                        self._pos += 1
+                        yield out
+                    else:
+                        buf.append(self._current)
+                        self._pending -= 1
+            finally:
+                self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own counters, the random stream, the position in ``ds`` and, since this flow holds a
@@ -139,7 +139,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
             RNGDataFlow.reset_state(self)
         return {
             "type": "LocallyShuffleData", "buffer_size": self.buffer_size,
-            "num_reuse": self.num_reuse, **epoch_state(self._epoch - 1, self._pos, self._done),
+            "num_reuse": self.num_reuse, **self._counters(),
             "incoming": self._incoming, "pending": self._pending, "rng": rng_state(self.rng),
             "buffer": encode_items([*self._buffer, self._current] if self._pending else
                                    list(self._buffer)),
@@ -148,8 +148,7 @@ class LocallyShuffleData(ProxyDataFlow, RNGDataFlow):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, buffer_size=self.buffer_size, num_reuse=self.num_reuse)
-        self._epoch, self._pos, self._done = state["epoch"] + 1, state["pos"], state["done"]
-        self._resume = None if state["done"] else state["pos"]
+        self._restore_counters(state)
         self._incoming, self._pending = state["incoming"], state["pending"]
         self.rng = rng_from_state(state["rng"])
         items = decode_items(state["buffer"])
