@@ -127,3 +127,12 @@ def test_map_and_batch_validation():
         MultiProcessMapAndBatchDataZMQ(flows.Range(2), 2, flows.double, 8, buffer_size=8)
     with pytest.raises(ValueError, match="`batch_size` must be a positive int"):
         MultiProcessMapAndBatchDataZMQ(flows.Range(2), 2, flows.double, 0)
+
+
+def test_unpicklable_result_is_reported():
+    with MultiProcessMapDataZMQ(
+        flows.Range(5), 1, flows.unpicklable_result, buffer_size=1, strict=True
+    ) as m, pytest.raises(WorkerError) as ei:
+        list(m)
+    assert ei.value.index == 0
+    assert "pickle" in str(ei.value).lower()

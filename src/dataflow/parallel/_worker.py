@@ -186,7 +186,14 @@ def map_loop(
                     results.append((index, None))
             if finish_chunk is not None:
                 results = finish_chunk(results)
-            emit((DATA, worker_id, results))
+            try:
+                emit((DATA, worker_id, results))
+            except WorkerStopped:
+                raise
+            except Exception as e:  # e.g. a result that cannot be pickled
+                index = results[0][0] if results else None
+                emit((ERROR, worker_id, ErrorInfo.capture(e, worker_id, index, stage)))
+                emit((DATA, worker_id, [(idx, None) for idx, _ in results]))
     except WorkerStopped:
         return
 
