@@ -175,7 +175,7 @@ def test_unpicklable_dataflow_names_the_attribute():
         r.reset_state()
     r.close()
     m = MultiProcessMapDataZMQ(flows.Range(3), 1, lambda dp: dp, start_method="spawn")
-    with pytest.raises(TypeError, match="`ds` must be picklable"):
+    with pytest.raises(TypeError, match="`map_func` must be picklable"):
         m.reset_state()
     m.close()
 

@@ -51,13 +51,13 @@ class ProcessPool:
         *,
         start_method: str | None,
         name: str,
-        picklable: Any = None,
+        picklable: tuple[str, Any] | None = None,
         mapper: bool = False,
     ) -> None:
         self.ctx = _lifecycle.get_context(start_method)
         method = self.ctx.get_start_method()
         if method != "fork" and picklable is not None:
-            _lifecycle.check_picklable(picklable, "ds", method)
+            _lifecycle.check_picklable(picklable[1], picklable[0], method)
         self.procs = [
             self.ctx.Process(target=target, args=a, name=f"{name}-{i}", daemon=False)
             for i, a in enumerate(args)
@@ -229,7 +229,7 @@ class MultiProcessRunner(RunnerBase):
             [(self.ds, self._queue, i, parent) for i in range(self.num_proc)],
             start_method=self.start_method,
             name=type(self).__name__,
-            picklable=self.ds,
+            picklable=("ds", self.ds),
         )
         self._pool.start()
         q = self._queue

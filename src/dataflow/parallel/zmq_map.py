@@ -222,7 +222,7 @@ class _ZmqMapperBase(MapperBase):
             ],
             start_method=self.start_method,
             name=stage,
-            picklable=self.map_func,
+            picklable=("map_func", self.map_func),
             mapper=True,
         )
         transport.attach(self._pool)

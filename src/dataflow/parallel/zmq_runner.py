@@ -144,7 +144,7 @@ class MultiProcessRunnerZMQ(RunnerBase):
             ],
             start_method=self.start_method,
             name=type(self).__name__,
-            picklable=self.ds,
+            picklable=("ds", self.ds),
         )
         self._pool.start()  # before creating the context: never fork a process with
         if sock is None:  # ZeroMQ's I/O threads running
