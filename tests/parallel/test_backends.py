@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from dataflow.errors import DataFlowReentrantError, WorkerError
+from dataflow.errors import DataFlowReentrantError, DataFlowTerminated, WorkerError
 from dataflow.parallel import (
     MultiProcessMapDataZMQ,
     MultiProcessRunner,
@@ -253,3 +253,24 @@ def test_source_error_in_the_consumer_leaves_the_mapper_usable(kind, strict):
         start = got.index(0)
         assert set(got[:start]) <= {2 * i for i in range(5)}
         assert got[start:] == [2 * i for i in range(len(got) - start)]
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: RUNNERS["zmq"](lambda: flows.Range(50), 2),
+        lambda: RUNNERS["process"](lambda: flows.Range(50), 2),
+        lambda: RUNNERS["thread"](lambda: flows.Range(50), 2),
+        lambda: MAPPERS["zmq"](flows.Range(50), 2, flows.double),
+        lambda: MAPPERS["thread"](flows.Range(50), 2, flows.double),
+    ],
+    ids=["zmq-runner", "process-runner", "thread-runner", "zmq-map", "thread-map"],
+)
+def test_iterator_resumed_after_close_raises_terminated(make):
+    df = make()
+    it = iter(df)
+    next(it)
+    df.close()
+    with pytest.raises(DataFlowTerminated):
+        list(itertools.islice(it, 200))  # what was already received may come first
+    it.close()

@@ -270,8 +270,8 @@ class Resources:
         self.requested = True
 
     def check(self, name: str) -> None:
-        """In the iterating thread: honour a pending close request."""
-        if self.requested:
+        """In the iterating thread: honour a pending close request (or a completed close)."""
+        if self.requested or self._done:
             self.close()
             from dataflow.errors import DataFlowTerminated
 
