@@ -237,9 +237,10 @@ class _AugmentBase:
         self.catch_exceptions = catch_exceptions
 
     def _image(self, img: Any, where: Any) -> np.ndarray:
-        from dataflow.imgaug.functional import check_image
+        if type(img) is not np.ndarray or img.dtype.char not in "Bfd" or not 2 <= img.ndim <= 3:
+            from dataflow.imgaug.functional import check_image
 
-        check_image(img, f"dp[{where!r}]")
+            check_image(img, f"dp[{where!r}]")  # raises the detailed error
         return copy_mod.deepcopy(img) if self._copy else img
 
     def _result(self, out: np.ndarray, src: np.ndarray) -> np.ndarray:
