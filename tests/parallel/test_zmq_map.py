@@ -27,11 +27,11 @@ def test_aliases():
 
 def test_work_is_spread_over_every_worker():
     with MultiProcessMapDataZMQ(
-        flows.Range(60), 3, flows.sleepy_pid, buffer_size=12, strict=True
+        flows.Range(150), 3, flows.sleepy_pid, buffer_size=12, strict=True
     ) as m:
         got = list(m)
         pids = set(m._pool.pids)
-    assert sorted(dp[0] for dp in got) == list(range(60))
+    assert sorted(dp[0] for dp in got) == list(range(150))
     assert {dp[1] for dp in got} == pids
 
 
@@ -81,7 +81,7 @@ def test_arrays_round_trip_both_ways():
 
 def _global_streams() -> dict[int, list[tuple[int, int]]]:
     with MultiProcessMapDataZMQ(
-        flows.Range(40), 2, flows.global_random, buffer_size=4, strict=True
+        flows.Range(100), 2, flows.global_random, buffer_size=4, strict=True
     ) as m:
         got = sorted(m)
     streams: dict[int, list[tuple[int, int]]] = {}
