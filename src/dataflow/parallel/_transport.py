@@ -1,7 +1,7 @@
 """Wire format and endpoints of the ZeroMQ back end.
 
-A message is a ZeroMQ multipart message ``[head]``, or ``[head, meta, *frames]`` when it has
-out-of-band buffers:
+A message is ``[head]`` (no out-of-band buffer), ``[0x01 + len(head) + head + meta]`` (all in
+shared memory: one frame), or ``[head, meta, *frames]``:
 
 * ``head``: the object pickled with protocol 5; buffers of at least :data:`OOB_MIN_BYTES`
   (NumPy arrays' memory) are taken out of band instead of being copied into the pickle;
@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import pickle
 import shutil
+import struct
 import sys
 import tempfile
 import uuid
@@ -28,7 +29,15 @@ from typing import Any
 
 from dataflow.parallel.shared_memory import Ring, SharedMemoryWriter, open_segment
 
-__all__ = ["PLAIN_DECODER", "Endpoint", "FrameCodec", "FrameDecoder", "import_zmq"]
+__all__ = [
+    "PLAIN_DECODER",
+    "Endpoint",
+    "FrameCodec",
+    "FrameDecoder",
+    "import_zmq",
+    "recv_frames",
+    "send_frames",
+]
 
 #: buffers smaller than this stay inside the pickle (not worth a frame)
 OOB_MIN_BYTES = 32 * 1024
@@ -83,7 +92,7 @@ class FrameCodec:
 
         head = pickle.dumps(obj, protocol=5, buffer_callback=take)
         if not bufs:
-            return [head]
+            return [head]  # a pickle: starts with the PROTO opcode, 0x80
         meta: list[Any] = []
         inline: list[memoryview] = []
         for raw in bufs:
@@ -98,7 +107,30 @@ class FrameCodec:
             meta.append(name)
             if name is None:
                 inline.append(raw)
-        return [head, pickle.dumps(meta, protocol=5), *inline]
+        meta_bytes = pickle.dumps(meta, protocol=5)
+        if not inline:  # one frame: 0x01, len(head) as uint32, head, meta
+            return [b"".join((_PACKED, _LEN.pack(len(head)), head, meta_bytes))]
+        return [head, meta_bytes, *inline]
+
+
+_PACKED = b"\x01"
+_LEN = struct.Struct("<I")
+
+
+def send_frames(sock: Any, frames: list[Any], flags: int = 0) -> None:
+    """Send ``frames`` (a one-frame message without the multipart overhead)."""
+    if len(frames) == 1:
+        sock.send(frames[0], flags, copy=False)
+    else:
+        sock.send_multipart(frames, flags, copy=False)
+
+
+def recv_frames(sock: Any, flags: int = 0, copy: bool = False) -> list[Any]:
+    """Receive one message's frames (a one-frame message without the multipart overhead)."""
+    first = sock.recv(flags, copy=copy)
+    if not sock.rcvmore:
+        return [first]
+    return [first, *sock.recv_multipart(copy=copy)]
 
 
 class FrameDecoder:
@@ -114,8 +146,13 @@ class FrameDecoder:
     def decode(self, frames: list[Any]) -> Any:
         head = frames[0].buffer if hasattr(frames[0], "buffer") else frames[0]
         if len(frames) == 1:
-            return pickle.loads(head)
-        meta = pickle.loads(frames[1].buffer if hasattr(frames[1], "buffer") else frames[1])
+            if head[0] != _PACKED[0]:
+                return pickle.loads(head)
+            view = memoryview(head)
+            (n,) = _LEN.unpack_from(view, 1)
+            head, meta = view[5 : 5 + n], pickle.loads(view[5 + n :])
+        else:
+            meta = pickle.loads(frames[1].buffer if hasattr(frames[1], "buffer") else frames[1])
         inline = iter(frames[2:])
         buffers: list[Any] = []
         for entry in meta:

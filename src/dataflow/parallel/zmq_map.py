@@ -23,6 +23,8 @@ from dataflow.parallel._transport import (
     FrameCodec,
     FrameDecoder,
     import_zmq,
+    recv_frames,
+    send_frames,
 )
 from dataflow.parallel._worker import DATA, READY, MapScheduler, map_loop
 from dataflow.parallel.process import ProcessPool
@@ -88,10 +90,10 @@ def _zmq_map_main(
     codec = FrameCodec(shm, ring=ring, worker_id=worker_id)
 
     def emit(msg: tuple) -> None:
-        sock.send_multipart(codec.encode(msg), copy=False)
+        send_frames(sock, codec.encode(msg))
 
     def receive() -> list | None:
-        return PLAIN_DECODER.decode(sock.recv_multipart(copy=False))
+        return PLAIN_DECODER.decode(recv_frames(sock))
 
     emit((READY, worker_id, None))
     finish = _Batcher(batch_size) if batch_size else None

@@ -8,7 +8,14 @@ from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated
 from dataflow.parallel import _lifecycle
 from dataflow.parallel._base import RunnerBase, check_positive_int
-from dataflow.parallel._transport import Endpoint, FrameCodec, FrameDecoder, import_zmq
+from dataflow.parallel._transport import (
+    Endpoint,
+    FrameCodec,
+    FrameDecoder,
+    import_zmq,
+    recv_frames,
+    send_frames,
+)
 from dataflow.parallel._worker import runner_loop
 from dataflow.parallel.process import ProcessPool
 from dataflow.parallel.shared_memory import (
@@ -66,7 +73,7 @@ def _zmq_runner_main(
     codec = FrameCodec(shm, ring=ring, worker_id=worker_id)
 
     def emit(msg: tuple) -> None:
-        sock.send_multipart(codec.encode(msg), copy=False)
+        send_frames(sock, codec.encode(msg))
 
     try:
         runner_loop(ds, emit, worker_id, "MultiProcessRunnerZMQ")
@@ -159,7 +166,7 @@ class MultiProcessRunnerZMQ(RunnerBase):
             try:
                 while True:
                     try:
-                        return decode(sock.recv_multipart(zmq.NOBLOCK, copy=copy))
+                        return decode(recv_frames(sock, zmq.NOBLOCK, copy))
                     except zmq.Again:
                         if not sock.poll(int(timeout * 1000)):
                             return None
