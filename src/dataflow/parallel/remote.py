@@ -151,6 +151,7 @@ def send_dataflow_zmq(
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.LINGER, 0)  # on errors, never block in close
     try:
         if bind:
             sock.bind(addr)
@@ -171,7 +172,7 @@ def send_dataflow_zmq(
                         avg = sum(latencies) / len(latencies)
                         bar.set_postfix(AvgSendLat=f"{avg * 1e3:.3f}ms")
             epoch += 1
-        sock.setsockopt(zmq.LINGER, -1)  # deliver what is queued before returning
+        sock.setsockopt(zmq.LINGER, 10_000)  # deliver what is queued (up to 10 s) first
     finally:
         sock.close()
         ctx.term()
