@@ -30,6 +30,8 @@ __all__ = ["MultiProcessPrefetchData", "MultiProcessRunner", "PrefetchData", "Pr
 CHECK_INTERVAL = 0.5
 #: seconds to wait for a dead worker's last messages before declaring it dead
 DRAIN_SECONDS = 1.0
+#: at most this many messages of the other workers are held while draining
+DRAIN_MAX_MESSAGES = 256
 
 
 def _describe_exit(code: int | None) -> str:
@@ -123,7 +125,11 @@ class ProcessPool:
         if not dead:
             return
         deadline = time.monotonic() + DRAIN_SECONDS
-        while time.monotonic() < deadline and any(i not in self.reported for i in dead):
+        while (
+            time.monotonic() < deadline
+            and len(self._pending) < DRAIN_MAX_MESSAGES  # (other workers keep sending)
+            and any(i not in self.reported for i in dead)
+        ):
             msg = raw_receive(0.05)
             if msg is not None:
                 self._note(msg)
