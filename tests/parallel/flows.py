@@ -172,3 +172,7 @@ class Cv2Threads(DataFlow):
 
 def unpicklable_result(dp: list) -> list:
     return [dp[0], lambda: None]
+
+
+def double_unless_3(dp: list) -> list | None:
+    return None if dp[0] % 3 == 0 else [dp[0] * 2]

@@ -7,6 +7,8 @@ import time
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflow.errors import DataFlowReentrantError, DataFlowTerminated, WorkerError
 from dataflow.parallel import (
@@ -274,3 +276,25 @@ def test_iterator_resumed_after_close_raises_terminated(make):
     with pytest.raises(DataFlowTerminated):
         list(itertools.islice(it, 200))  # what was already received may come first
     it.close()
+
+
+@pytest.mark.parametrize(("kind", "examples"), [("thread", 40), ("zmq", 12)])
+def test_strict_multiset_property(kind, examples):
+    @settings(max_examples=examples, deadline=None)
+    @given(
+        n=st.integers(0, 80),
+        buffer_size=st.integers(1, 100),
+        workers=st.integers(1, 3),
+        ordered=st.booleans(),
+    )
+    def check(n, buffer_size, workers, ordered):
+        expected = [2 * i for i in range(n) if i % 3]
+        with MAPPERS[kind](
+            flows.Range(n), workers, flows.double_unless_3, buffer_size=buffer_size,
+            strict=True, ordered=ordered,
+        ) as m:
+            for _ in range(2):
+                got = [dp[0] for dp in m]
+                assert (got if ordered else sorted(got)) == expected
+
+    check()

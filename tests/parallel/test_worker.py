@@ -125,6 +125,7 @@ class FakeTransport:
         self.pending: list[list] = []
         self.max_in_flight = 0
         self.in_flight = 0
+        self.idle = 0
 
     def submit(self, chunk):
         self.in_flight += len(chunk)
@@ -133,6 +134,7 @@ class FakeTransport:
 
     def receive(self, timeout):
         if not self.pending:
+            self.idle += 1  # a real transport would block for `timeout` here
             return None
         chunk = self.pending.pop(self.rng.randrange(len(self.pending)))
         cut = self.rng.randint(1, len(chunk))
@@ -166,6 +168,7 @@ def test_strict_epochs_yield_exactly_the_serial_map(n, buffer_size, chunk, order
         else:
             assert Counter(got) == Counter(expected)
     assert t.max_in_flight <= buffer_size
+    assert t.idle == 0  # the scheduler never waits while it could submit
 
 
 @settings(max_examples=30, deadline=None)

@@ -343,8 +343,11 @@ class MapScheduler:
             if ok:
                 yield out
                 continue
+            self._fill()  # skipping dropped (None) results may have made room
             if self._source_done and len(self._outstanding) == self._n_stale:
                 return
+            if not self._outstanding:  # nothing to wait for: _fill can submit now
+                continue
             try:
                 msg = self.transport.receive(POLL_INTERVAL)
             except WorkerError as e:
