@@ -150,9 +150,11 @@ class _ThreadMapTransport:
     def __init__(self, map_func: Callable[[Any], Any], num_thread: int, name: str) -> None:
         self._in: queue.SimpleQueue = queue.SimpleQueue()
         self._out: queue.SimpleQueue = queue.SimpleQueue()
+        stop = threading.Event()
 
         def receive() -> list | None:
-            return self._in.get()
+            chunk = self._in.get()
+            return None if stop.is_set() else chunk  # on close, skip the queued work
 
         self.group = _ThreadGroup(
             name,
@@ -160,6 +162,7 @@ class _ThreadMapTransport:
                 (lambda i=i: map_loop(receive, self._out.put, map_func, i, name))
                 for i in range(num_thread)
             ],
+            stop,
         )
         self.group.start()
 
