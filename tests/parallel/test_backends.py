@@ -298,3 +298,26 @@ def test_strict_multiset_property(kind, examples):
                 assert (got if ordered else sorted(got)) == expected
 
     check()
+
+
+@mapper_kinds
+def test_mapper_queue_stats(kind):
+    m = MAPPERS[kind](flows.Range(30), 2, flows.double, buffer_size=10, strict=True)
+    assert m.queue_stats() is None
+    with m:
+        it = iter(m)
+        next(it)
+        stats = m.queue_stats()
+        assert stats["capacity"] == 10
+        assert 0 <= stats["size"] <= 10
+        it.close()
+
+
+def test_thread_runner_queue_stats():
+    r = MultiThreadRunner(lambda: flows.Range(30), 5, 2)
+    assert r.queue_stats() is None
+    with r:
+        next(iter(r))
+        stats = r.queue_stats()
+        assert stats["capacity"] == 5
+        assert 0 <= stats["size"] <= 5

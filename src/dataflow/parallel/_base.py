@@ -204,6 +204,12 @@ class MapperBase(_Lifecycle, ProxyDataFlow):
     def __len__(self) -> int:
         return len(self.ds)
 
+    def queue_stats(self) -> dict[str, int] | None:
+        """Results finished but not yet yielded (``size``) out of ``buffer_size``
+        (``capacity``), for :func:`dataflow.profile`; ``None`` before the workers start.
+        Mostly empty: the workers are the bottleneck; mostly full: the consumer is."""
+        return self._sched.queue_stats() if self._sched is not None else None
+
     def __iter__(self) -> Iterator[Any]:
         self._ensure_started()
         with self._iterating():

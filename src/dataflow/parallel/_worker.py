@@ -268,6 +268,10 @@ class MapScheduler:
         self._source: Iterator[tuple[int, Any]] | None = None
         self._source_done = False
 
+    def queue_stats(self) -> dict[str, int]:
+        """``size``: finished results waiting to be yielded; ``capacity``: ``buffer_size``."""
+        return {"size": len(self._done) + len(self._ready), "capacity": self.buffer_size}
+
     def _in_flight(self) -> int:
         return len(self._outstanding) + len(self._done) + len(self._ready)
 

@@ -131,6 +131,12 @@ class MultiThreadRunner(RunnerBase):
         self._receive = receive  # type: ignore[method-assign]
         group.start()
 
+    def queue_stats(self) -> dict[str, int] | None:
+        """Datapoints waiting in the queue (``size``) out of ``num_prefetch`` (``capacity``),
+        for :func:`dataflow.profile`; ``None`` before the threads start."""
+        q = self._queue
+        return None if q is None else {"size": q.qsize(), "capacity": self.num_prefetch}
+
     def _stop(self) -> None:
         if self._group is not None:
             self._group.join()
