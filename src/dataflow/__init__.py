@@ -1,8 +1,13 @@
 """dataflow: a drop-in, modern reimplementation of ``tensorpack.dataflow``.
 
-``import dataflow as df`` gives the core protocol, sources and wrappers. Optional parts live in
-subpackages that import their heavy dependencies lazily.
+``import dataflow as df`` gives tensorpack.dataflow's names: the core protocol, sources,
+wrappers, parallel runners and mappers, serializers and format readers, and image flows. The
+subpackages ``dataflow.imgaug`` (needs OpenCV), ``dataflow.dataset`` and
+``dataflow.input_source`` (TensorFlow) load on first access, like tensorpack's lazy submodules;
+``import dataflow`` itself never imports OpenCV, LMDB, h5py, SciPy or TensorFlow.
 """
+
+import importlib as _importlib
 
 from dataflow._version import __version__
 from dataflow.base import DataFlow, ProxyDataFlow, RNGDataFlow
@@ -13,7 +18,41 @@ from dataflow.errors import (
     UnknownLengthError,
     WorkerError,
 )
+from dataflow.image import (
+    AugmentImageComponent,
+    AugmentImageComponents,
+    AugmentImageCoordinates,
+    ImageFromFile,
+)
+from dataflow.parallel import (
+    MultiProcessMapAndBatchData,
+    MultiProcessMapAndBatchDataZMQ,
+    MultiProcessMapData,
+    MultiProcessMapDataZMQ,
+    MultiProcessPrefetchData,
+    MultiProcessRunner,
+    MultiProcessRunnerZMQ,
+    MultiThreadMapData,
+    MultiThreadPrefetchData,
+    MultiThreadRunner,
+    PrefetchData,
+    PrefetchDataZMQ,
+    RemoteDataZMQ,
+    send_dataflow_zmq,
+)
+from dataflow.profiler import profile
 from dataflow.rng import get_seed, set_seed
+from dataflow.serialize import (
+    CaffeLMDB,
+    HDF5Data,
+    HDF5Serializer,
+    LMDBData,
+    LMDBDataDecoder,
+    LMDBSerializer,
+    NumpySerializer,
+    SVMLightData,
+    TFRecordSerializer,
+)
 from dataflow.sources import (
     DataFromGenerator,
     DataFromIterable,
@@ -21,6 +60,7 @@ from dataflow.sources import (
     DataFromQueue,
     FakeData,
 )
+from dataflow.state import StateMismatchError
 from dataflow.wrappers import (
     BatchData,
     BatchDataByShape,
@@ -41,10 +81,30 @@ from dataflow.wrappers import (
     TestDataSpeed,
 )
 
+# submodules loaded on first access (kept out of __all__ so that `import *` stays light)
+_LAZY_SUBMODULES = ("dataset", "imgaug", "input_source")
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        module = _importlib.import_module(f"dataflow.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'dataflow' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY_SUBMODULES])
+
+
 __all__ = [
+    "AugmentImageComponent",
+    "AugmentImageComponents",
+    "AugmentImageCoordinates",
     "BatchData",
     "BatchDataByShape",
     "CacheData",
+    "CaffeLMDB",
     "ConcatData",
     "DataFlow",
     "DataFlowError",
@@ -57,22 +117,47 @@ __all__ = [
     "FakeData",
     "FilterData",
     "FixedSizeData",
+    "HDF5Data",
+    "HDF5Serializer",
+    "ImageFromFile",
     "JoinData",
+    "LMDBData",
+    "LMDBDataDecoder",
+    "LMDBSerializer",
     "LocallyShuffleData",
     "MapData",
     "MapDataComponent",
+    "MultiProcessMapAndBatchData",
+    "MultiProcessMapAndBatchDataZMQ",
+    "MultiProcessMapData",
+    "MultiProcessMapDataZMQ",
+    "MultiProcessPrefetchData",
+    "MultiProcessRunner",
+    "MultiProcessRunnerZMQ",
+    "MultiThreadMapData",
+    "MultiThreadPrefetchData",
+    "MultiThreadRunner",
+    "NumpySerializer",
+    "PrefetchData",
+    "PrefetchDataZMQ",
     "PrintData",
     "ProxyDataFlow",
     "RNGDataFlow",
     "RandomChooseData",
     "RandomMixData",
+    "RemoteDataZMQ",
     "RepeatedData",
     "RepeatedDataPoint",
+    "SVMLightData",
     "SelectComponent",
+    "StateMismatchError",
+    "TFRecordSerializer",
     "TestDataSpeed",
     "UnknownLengthError",
     "WorkerError",
     "__version__",
     "get_seed",
+    "profile",
+    "send_dataflow_zmq",
     "set_seed",
 ]
