@@ -321,3 +321,15 @@ def test_thread_runner_queue_stats():
         stats = r.queue_stats()
         assert stats["capacity"] == 5
         assert 0 <= stats["size"] <= 5
+
+
+@mapper_kinds
+@pytest.mark.parametrize(
+    ("n", "buffer_size", "strict", "expected"),
+    [(10**6, 200, True, 16), (40, 200, True, 5), (10, 200, True, 1), (10, 200, False, 16),
+     (10**6, 8, True, 1)],
+)
+def test_chunk_size_keeps_every_worker_busy(kind, n, buffer_size, strict, expected):
+    m = MAPPERS[kind](flows.Range(n), 2, flows.double, buffer_size=buffer_size, strict=strict)
+    assert m._chunk_size() == expected
+    m.close()

@@ -189,6 +189,16 @@ class MapperBase(_Lifecycle, ProxyDataFlow):
     def _make_scheduler(self) -> MapScheduler:
         raise NotImplementedError
 
+    def _chunk_size(self) -> int:
+        """Inputs per request: up to 16 (fewer queue operations and messages), but small enough
+        to keep every worker busy: at most a quarter of a worker's share of the buffer and,
+        in strict mode, of one epoch (tiny epochs of heavy maps stay parallel)."""
+        share = self.buffer_size // (4 * self.num_workers)
+        n = known_length(self.ds) if self.strict else None
+        if n:
+            share = min(share, n // (4 * self.num_workers))
+        return max(1, min(16, share))
+
     def reset_state(self) -> None:
         """Reset ``ds`` (in this process) and start the workers. Idempotent."""
         if self._started:

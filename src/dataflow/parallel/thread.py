@@ -233,8 +233,7 @@ class MultiThreadMapData(MapperBase):
 
     def _make_scheduler(self) -> MapScheduler:
         assert self._transport is not None
-        chunk = max(1, min(4, self.buffer_size // (8 * self.num_thread)))
-        return MapScheduler(self._transport, self.buffer_size, self.ordered, chunk)
+        return MapScheduler(self._transport, self.buffer_size, self.ordered, self._chunk_size())
 
     def _stop(self) -> None:
         if self._transport is not None:

@@ -282,8 +282,7 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
 
     def _make_scheduler(self) -> MapScheduler:
         assert self._transport is not None
-        chunk = max(1, min(16, self.buffer_size // (4 * self.num_proc)))
-        return MapScheduler(self._transport, self.buffer_size, self.ordered, chunk)
+        return MapScheduler(self._transport, self.buffer_size, self.ordered, self._chunk_size())
 
 
 class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
