@@ -57,7 +57,7 @@ def _free_bytes() -> int:
 class SharedMemoryWriter:
     """Writes buffers into fresh segments named ``<prefix>-<worker>-<n>`` (worker side)."""
 
-    def __init__(self, prefix: str, worker_id: int) -> None:
+    def __init__(self, prefix: str, worker_id: int | str) -> None:
         self.prefix = f"{prefix}-{worker_id}"
         self._counter = itertools.count()
         self._warned = False

@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import queue
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from dataflow import rng as _rng
@@ -42,7 +42,7 @@ class _ThreadGroup:
         for t in self.threads:
             t.start()
 
-    def check(self, ignore: set[int] = frozenset()) -> None:  # type: ignore[assignment]
+    def check(self, ignore: Collection[int] = ()) -> None:
         if self.stop.is_set():
             return
         for i, t in enumerate(self.threads):

@@ -130,7 +130,8 @@ class _ZmqMapTransport:
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.endpoint.bind(self.sock)
-        self.codec = FrameCodec(SharedMemoryWriter(shm_prefix, "p") if shm_prefix else None)  # type: ignore[arg-type]
+        # the consumer's own large inputs go to segments named <prefix>-p-<n>
+        self.codec = FrameCodec(SharedMemoryWriter(shm_prefix, "p") if shm_prefix else None)
         self.decoder = FrameDecoder(rings)
         res.add(self.decoder.close)
         self.copy = rings is not None  # ring messages are small frames: copying them is cheaper
