@@ -63,8 +63,9 @@ class Tagged(DataFlow):
 class RandomTagged(RNGDataFlow):
     """``[worker id, random int]`` drawn from ``self.rng``."""
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, n: int, delay: float = 0.0) -> None:
         self.n = n
+        self.delay = delay
 
     def __len__(self) -> int:
         return self.n
@@ -75,6 +76,8 @@ class RandomTagged(RNGDataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         for _ in range(self.n):
+            if self.delay:
+                time.sleep(self.delay)
             yield [self.wid, int(self.rng.randint(1 << 30))]
 
 

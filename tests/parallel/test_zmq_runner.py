@@ -101,7 +101,9 @@ def test_unpicklable_datapoint_is_reported():
 
 
 def _streams(kind: str) -> dict[int, list[int]]:
-    with RUNNERS[kind](lambda: flows.RandomTagged(50), 2) as r:
+    # a small delay per datapoint: on a busy machine one worker could otherwise produce all
+    # 200 datapoints before the other has started
+    with RUNNERS[kind](lambda: flows.RandomTagged(50, delay=0.002), 2) as r:
         got = [dp for _ in range(4) for dp in r]
     streams: dict[int, list[int]] = {}
     for wid, value in got:
