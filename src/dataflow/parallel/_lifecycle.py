@@ -176,20 +176,25 @@ def _watch_parent(parent_pid: int, interval: float = 0.25) -> None:
     threading.Thread(target=watch, name="dataflow-parent-watchdog", daemon=True).start()
 
 
-def parent_info() -> tuple[int, bool]:
-    """(pid, whether PR_SET_PDEATHSIG is safe) of the process about to start workers.
+def parent_info() -> tuple[int, bool, int | None]:
+    """(pid, whether PR_SET_PDEATHSIG is safe, global seed) of the process about to start
+    workers.
 
     The kernel sends the death signal when the *thread* that forked exits, so it is only used
-    when workers are started from the main thread; the watchdog covers the other cases.
+    when workers are started from the main thread; the watchdog covers the other cases. The
+    global seed travels along so that spawned workers (which do not inherit it) derive the
+    same streams as forked ones.
     """
-    return os.getpid(), threading.current_thread() is threading.main_thread()
+    return os.getpid(), threading.current_thread() is threading.main_thread(), _rng.get_seed()
 
 
 def worker_bootstrap(
-    worker_id: int, parent: tuple[int, bool], *, seed_globals: bool = False
+    worker_id: int, parent: tuple[int, bool, int | None], *, seed_globals: bool = False
 ) -> None:
     """First thing a worker process runs: signals, orphan protection, threads, seeds."""
-    parent_pid, use_pdeathsig = parent
+    parent_pid, use_pdeathsig, global_seed = parent
+    if global_seed is not None and _rng.get_seed() != global_seed:  # a spawned worker
+        _rng.set_seed(global_seed)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if use_pdeathsig:
