@@ -19,7 +19,9 @@ from typing import Any
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 from dataflow.errors import WorkerError
 from dataflow.parallel import _lifecycle
+from dataflow.parallel._resume import check_progress, resume_source
 from dataflow.parallel._worker import MapScheduler, repeat_enumerate, runner_stream
+from dataflow.state import EpochCounter, check_state, finished
 
 __all__ = ["MapperBase", "RunnerBase", "check_positive_int", "known_length"]
 
@@ -112,7 +114,7 @@ class _Lifecycle:
             self.close()
 
 
-class RunnerBase(_Lifecycle, ProxyDataFlow):
+class RunnerBase(EpochCounter, _Lifecycle, ProxyDataFlow):
     """``N`` independent copies of ``ds`` running in workers; see SPEC 2.6.
 
     Each ``__iter__`` yields ``len(ds)`` datapoints when that length is known and positive,
@@ -143,18 +145,44 @@ class RunnerBase(_Lifecycle, ProxyDataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         self._ensure_started()
+        if self._iter_thread is not None:  # an iteration is alive: the guard raises
+            return self._run(None, 0)
+        token, start = self._begin()
+        n = known_length(self.ds)
+        return self._run(token, n - start if n else None)
+
+    def _run(self, token: object | None, size: int | None) -> Iterator[Any]:
         with self._iterating():
-            n = known_length(self.ds)
             try:
-                yield from runner_stream(
-                    self._receive, self._num_workers, n if n else None, self._finished
-                )
+                for dp in runner_stream(
+                    self._receive, self._num_workers, size, self._finished
+                ):
+                    self._pos += 1
+                    yield dp
             except WorkerError:
                 self._shutdown()
                 raise
+            finally:
+                if token is not None:
+                    self._end(token)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters only: ``epoch``, ``pos`` (datapoints yielded in it) and ``done``.
+
+        Not exact: the workers iterate independent copies of ``ds`` whose positions the consumer
+        does not know, so no child state is saved. After :meth:`load_state_dict` the restored
+        epoch yields the ``len(ds) - pos`` datapoints it had left, taken from the workers'
+        streams as they are (running workers continue theirs, new ones start fresh epochs).
+        """
+        return {"type": type(self).__name__, "size": known_length(self.ds), **self._counters()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the counters (see :meth:`state_dict` for what is not restored)."""
+        check_state(state, self, size=known_length(self.ds))
+        self._restore_counters(state)
 
 
-class MapperBase(_Lifecycle, ProxyDataFlow):
+class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
     """Shared part of the parallel mappers (SPEC 2.7); ``_make_transport`` picks the back end.
 
     ``ds`` is iterated in the consumer; ``map_func`` runs in the workers. ``len()`` is
@@ -184,6 +212,8 @@ class MapperBase(_Lifecycle, ProxyDataFlow):
         self.strict = bool(strict)
         self.ordered = bool(ordered)
         self._sched: MapScheduler | None = None
+        self._child_start: dict[str, Any] | None = None  # the child's state at the pass start
+        self._resume_progress: tuple[int, list[int]] | None = None  # (read, pending) to resume
         self._init_lifecycle()
 
     def _make_scheduler(self) -> MapScheduler:
@@ -222,13 +252,42 @@ class MapperBase(_Lifecycle, ProxyDataFlow):
 
     def __iter__(self) -> Iterator[Any]:
         self._ensure_started()
+        if self._iter_thread is not None:  # an iteration is alive: the guard raises
+            return self._run(None)
+        restored = self._resume is not None
+        token, _ = self._begin()
+        sched = self._sched
+        assert sched is not None
+        if self.strict:  # the pass of ds begins now, with this iterator
+            source: Iterator[tuple[int, Any]] = enumerate(self.ds)
+            if restored and self._resume_progress is not None:
+                read, pending = self._resume_progress
+                source = resume_source(source, read, pending, type(self).__name__)
+                sched.start_epoch(source, read, pending)
+            else:
+                self._child_start = self._child_state()
+                sched.start_epoch(source)
+            self._resume_progress = None
+        return self._run(token)
+
+    def _child_state(self) -> dict[str, Any] | None:
+        try:
+            return self.ds.state_dict()
+        except NotImplementedError:
+            return None  # state_dict() will say so; iteration does not need it
+
+    def _stream(self, sched: MapScheduler) -> Iterator[Any]:
+        """The datapoints this flow yields (the batching mapper flattens batches)."""
+        return sched.run()
+
+    def _run(self, token: object | None) -> Iterator[Any]:
         with self._iterating():
             sched = self._sched
             assert sched is not None
-            if self.strict:
-                sched.start_epoch(enumerate(self.ds))
             try:
-                yield from sched.run()
+                for out in self._stream(sched):
+                    self._pos += 1
+                    yield out
             except WorkerError:
                 self._shutdown()
                 raise
@@ -236,3 +295,71 @@ class MapperBase(_Lifecycle, ProxyDataFlow):
                 if not self.strict:  # the failed pass of ds is over: the next __iter__
                     sched.set_source(repeat_enumerate(self.ds))  # starts a new one
                 raise
+            finally:
+                if token is not None:
+                    self._end(token)
+
+    # ---- resumable iteration ------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The iteration state (JSON-serializable): counters (``epoch``, ``pos``: datapoints
+        yielded in it, ``done``) and the child's state.
+
+        ``strict=True``: exact. The state also holds ``read`` and ``pending``: every input of
+        the pass below position ``read`` was delivered except those in ``pending`` (at most
+        ``buffer_size``), and ``child`` is the child's state at the start of the pass. On
+        resume the consumer replays the pass of ``ds`` from there (re-reading the delivered
+        inputs, but not mapping them again) and dispatches only the undelivered ones. Ordered:
+        the rest of the epoch, and the epochs after it, equal an uninterrupted run's.
+        Unordered: the rest of the epoch is every undelivered result exactly once (results
+        that had arrived but were not yet yielded are mapped again), in a new order.
+
+        ``strict=False`` (an endless stream): not exact. ``child`` is the child's state at the
+        time of the save, so the stream resumes after the last input read; the inputs in flight
+        at that moment (at most ``buffer_size``) are skipped, none is repeated.
+        """
+        state: dict[str, Any] = {
+            "type": type(self).__name__, "strict": self.strict, "ordered": self.ordered,
+            **self._counters(),
+        }
+        if not self.strict:
+            state["child"] = self.ds.state_dict()
+            return state
+        state["size"] = known_length(self.ds)
+        if self._resume_progress is not None:  # restored, not iterated since
+            read, pending = self._resume_progress
+            child = self._child_start
+        elif self._done or self._sched is None:
+            read, pending, child = 0, [], finished(self.ds.state_dict())
+        else:
+            read, pending = self._sched.progress()
+            child = self._child_start
+        if child is None:
+            raise NotImplementedError(
+                f"{type(self).__name__} cannot save its iteration state: its child "
+                f"{type(self.ds).__name__} has no state_dict(); implement state_dict() and "
+                "load_state_dict() for it."
+            )
+        state.update(read=read, pending=pending, child=child)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state from :meth:`state_dict`; the next ``__iter__`` continues from it.
+
+        Raises :class:`~dataflow.state.StateMismatchError` when the state comes from another
+        stage, another ``strict``/``ordered`` setting or a dataset of another size.
+        """
+        name = type(self).__name__
+        if not self.strict:
+            check_state(state, self, strict=False, ordered=self.ordered)
+            self._restore_counters(state)
+            self.ds.load_state_dict(state["child"])
+            if self._sched is not None:  # drop what is in flight; continue from the child
+                self._sched.start_epoch(repeat_enumerate(self.ds))
+            return
+        check_state(state, self, strict=True, ordered=self.ordered, size=known_length(self.ds))
+        read, pending = check_progress(state, name)
+        self._restore_counters(state)
+        self.ds.load_state_dict(state["child"])
+        self._child_start = state["child"]
+        self._resume_progress = None if state["done"] else (read, pending)

@@ -263,10 +263,13 @@ class MapScheduler:
         self._outstanding: dict[int, int] = {}  # index -> position in its epoch
         self._n_stale = 0  # outstanding inputs of an abandoned strict epoch
         self._done: dict[int, Any] = {}  # ordered: finished results waiting for their turn
-        self._ready: deque[Any] = deque()  # unordered: results waiting to be yielded
+        self._ready: deque[tuple[int, Any]] = deque()  # unordered: (index, result) to yield
         self._next_yield = 0
         self._source: Iterator[tuple[int, Any]] | None = None
         self._source_done = False
+        # a resumed strict epoch dispatches the positions `_base_pending`, then `_base_read`, ...
+        self._base_pending: list[int] = []
+        self._base_read = 0
 
     def queue_stats(self) -> dict[str, int]:
         """``size``: finished results waiting to be yielded; ``capacity``: ``buffer_size``."""
@@ -275,8 +278,16 @@ class MapScheduler:
     def _in_flight(self) -> int:
         return len(self._outstanding) + len(self._done) + len(self._ready)
 
-    def start_epoch(self, source: Iterator[tuple[int, Any]]) -> None:
-        """Begin a new pass (strict): what is still in flight from an older one is dropped."""
+    def start_epoch(
+        self, source: Iterator[tuple[int, Any]], read: int = 0, pending: list[int] | None = None
+    ) -> None:
+        """Begin a new pass (strict): what is still in flight from an older one is dropped.
+
+        A resumed pass (see :meth:`progress`) gives the ``(read, pending)`` it was saved with;
+        ``source`` must then yield exactly the positions ``pending``, then ``read, read + 1...``.
+        """
+        self._base_pending = list(pending or ())
+        self._base_read = read
         self._epoch_start = self._next_index
         self._n_stale = len(self._outstanding)
         self._done.clear()
@@ -322,7 +333,7 @@ class MapScheduler:
                 elif self.ordered:
                     self._done[idx] = _SKIP if out is None else out
                 elif out is not None:
-                    self._ready.append(out)
+                    self._ready.append((idx, out))
         elif kind == ERROR:
             pos = self._outstanding.get(payload.index) if payload.index is not None else None
             raise_worker_error(payload, pos)
@@ -336,8 +347,30 @@ class MapScheduler:
                     return True, out
             return False, None
         if self._ready:
-            return True, self._ready.popleft()
+            return True, self._ready.popleft()[1]
         return False, None
+
+    def progress(self) -> tuple[int, list[int]]:
+        """``(read, pending)`` of the strict pass in progress, in positions of the pass: each
+        position below ``read`` was delivered (yielded, or dropped as ``None``) unless it is in
+        ``pending`` (sorted); none from ``read`` on was. ``pending`` holds at most
+        ``buffer_size`` positions (the inputs in flight)."""
+        start = self._epoch_start
+        n = self._next_index - start  # inputs dispatched in this pass
+        base, nb, read0 = self._base_pending, len(self._base_pending), self._base_read
+        if self.ordered:
+            undelivered: Iterable[int] = range(self._next_yield - start, n)
+        else:
+            undelivered = [i - start for i in self._outstanding if i >= start]
+            undelivered += [i - start for i, _ in self._ready]
+        pending = {base[k] if k < nb else read0 + k - nb for k in undelivered}
+        pending.update(base[n:])  # saved as pending, not dispatched again yet
+        read = read0 + max(0, n - nb)
+        out = sorted(pending)
+        while out and out[-1] == read - 1:  # a pending tail is the same as not read
+            out.pop()
+            read -= 1
+        return read, out
 
     def run(self) -> Iterator[Any]:
         """Yield results until the current source is exhausted and everything is drained."""

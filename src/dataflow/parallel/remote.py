@@ -27,6 +27,7 @@ import numpy as np
 from dataflow.base import DataFlow, DataFlowReentrantGuard
 from dataflow.parallel._base import check_positive_int, known_length
 from dataflow.parallel._transport import import_zmq
+from dataflow.state import check_state
 
 __all__ = ["RemoteDataZMQ", "send_dataflow_zmq"]
 
@@ -207,6 +208,18 @@ class RemoteDataZMQ(DataFlow):
     def reset_state(self) -> None:
         self.cnt1 = 0
         self.cnt2 = 0
+
+    def state_dict(self) -> dict[str, Any]:
+        """The counters ``cnt1``/``cnt2`` only: not resumable beyond them. What the senders
+        produce is not under this flow's control; after a restore it receives whatever they
+        send next."""
+        return {"type": "RemoteDataZMQ", "num_addrs": 1 if self._addr2 is None else 2,
+                "cnt1": self.cnt1, "cnt2": self.cnt2}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore the counters (see :meth:`state_dict`)."""
+        check_state(state, self, num_addrs=1 if self._addr2 is None else 2)
+        self.cnt1, self.cnt2 = int(state["cnt1"]), int(state["cnt2"])
 
     def _socket(self, ctx: Any, zmq: Any, addr: str) -> Any:
         sock = ctx.socket(zmq.PULL)

@@ -11,7 +11,7 @@ of ``(index, datapoint)`` pairs, sent to the least-loaded worker; every input is
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dataflow.base import DataFlow
@@ -36,6 +36,7 @@ from dataflow.parallel.shared_memory import (
     shm_available,
 )
 from dataflow.parallel.zmq_runner import make_rings
+from dataflow.state import check_state, decode_items, encode_items
 
 __all__ = [
     "MultiProcessMapAndBatchData",
@@ -335,14 +336,31 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
         assert self._transport is not None
         return MapScheduler(self._transport, self.buffer_size, False, self.batch_size)
 
-    def __iter__(self):
+    def _stream(self, sched: MapScheduler) -> Iterator[Any]:
         pending = self._batches  # batches received but not yet yielded survive a break
         while pending:
             yield pending.popleft()
-        for batches in super().__iter__():
+        for batches in sched.run():
             pending.extend(batches)
             while pending:
                 yield pending.popleft()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters, the child's state and the batches received but not yet yielded.
+
+        Not exact (an endless stream): the inputs in flight at the save and the incomplete
+        batches inside the workers are skipped; nothing is repeated. See
+        :meth:`MapperBase.state_dict`."""
+        state = super().state_dict()
+        state["batch_size"] = self.batch_size
+        state["batches"] = encode_items(list(self._batches))
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self, batch_size=self.batch_size)
+        super().load_state_dict(state)
+        self._batches.clear()
+        self._batches.extend(decode_items(state["batches"]))
 
 
 MultiProcessMapData = MultiProcessMapDataZMQ
