@@ -83,3 +83,15 @@ def test_flip_and_transpose_return_contiguous_arrays():
                      (fn.transpose(img[..., :1]), img[..., :1].swapaxes(0, 1))):
         assert out.flags["C_CONTIGUOUS"]
         np.testing.assert_array_equal(out, ref)
+
+
+def test_lighting_uint8_table_matches_the_float_path():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        img = rng.integers(0, 256, (7, 9, 3), dtype=np.uint8)
+        inc = rng.normal(0, 40, 3)
+        inc[1] = np.floor(inc[1]) + 0.5  # exact halves round to even, as np.rint does
+        expected = np.clip(np.rint(img.astype(np.float32) + inc.astype(np.float32)), 0, 255)
+        out = fn.lighting(img, inc)
+        assert out.dtype == np.uint8
+        assert np.array_equal(out, expected.astype(np.uint8))

@@ -402,6 +402,12 @@ def salt_pepper(img: np.ndarray, seed: int, white_prob: float, black_prob: float
 
 def lighting(img: np.ndarray, inc: Sequence[float], clip: bool = True) -> np.ndarray:
     """Add the per-channel vector ``inc`` to every pixel of a 3-channel image."""
+    if img.dtype == _UINT8 and img.ndim == 3 and img.shape[2] == 3:
+        # a per-channel table, computed in float32 exactly as the float path below computes
+        # each pixel, so the result is the same to the bit without float temporaries
+        table = np.arange(256, dtype=np.float32)[:, None] + np.asarray(inc, np.float32)[None]
+        table = np.clip(np.rint(table), 0, 255).astype(np.uint8).reshape(1, 256, 3)
+        return cv2.LUT(np.ascontiguousarray(img), table)
     x = _work(img)
     out = x + np.asarray(inc, dtype=x.dtype)
     return finish(out, img.dtype, clip)
