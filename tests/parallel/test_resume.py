@@ -1,0 +1,355 @@
+"""Resumable iteration of the parallel stages (issue 9): exact for strict mappers, documented
+counters for the rest."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from dataflow.base import DataFlow
+from dataflow.parallel import (
+    MultiProcessMapAndBatchDataZMQ,
+    MultiProcessMapDataZMQ,
+    MultiProcessRunnerZMQ,
+    MultiThreadMapData,
+    MultiThreadRunner,
+    RemoteDataZMQ,
+)
+from dataflow.sources import DataFromList
+from dataflow.state import StateMismatchError
+from dataflow.wrappers import BatchData, MapData
+from tests.helpers import check_resume, to_plain
+
+
+def times10(dp):
+    return [dp[0] * 10, dp[1]]
+
+
+def jittery(dp):
+    """times10 after a short random sleep, so that results finish out of order."""
+    time.sleep(random.random() * 0.002)
+    return times10(dp)
+
+
+def drop_odd(dp):
+    return None if dp[0] % 2 else times10(dp)
+
+
+def _src(n=7, shuffle=True, seed=5):
+    return DataFromList([[i, float(i)] for i in range(n)], shuffle=shuffle, seed=seed)
+
+
+def _thread(ds, func=times10, ordered=True, buffer_size=3, strict=True):
+    return MultiThreadMapData(ds, 2, func, buffer_size=buffer_size, strict=strict,
+                              ordered=ordered)
+
+
+def _proc(ds, func=times10, ordered=True, buffer_size=3, strict=True):
+    return MultiProcessMapDataZMQ(ds, 2, func, buffer_size=buffer_size, strict=strict,
+                                  ordered=ordered)
+
+
+def _json(state):
+    return json.loads(json.dumps(state))
+
+
+# ---- exact: strict and ordered ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("buffer_size", [1, 3, 50])
+def test_thread_ordered_strict_resumes_exactly_after_every_datapoint(buffer_size):
+    seq = check_resume(lambda: _thread(_src(), jittery, buffer_size=buffer_size), epochs=2)
+    assert len(seq) == 14
+    assert sorted(dp[0] for dp in seq[:7]) == [0, 10, 20, 30, 40, 50, 60]
+    assert seq[:7] != seq[7:]  # the source reshuffles each epoch; resume follows it
+
+
+def test_process_ordered_strict_resumes_exactly_after_every_datapoint():
+    seq = check_resume(lambda: _proc(_src(6), jittery), epochs=2)
+    assert sorted(dp[0] for dp in seq[6:]) == [0, 10, 20, 30, 40, 50]
+
+
+def test_ordered_strict_with_dropped_results():
+    seq = check_resume(lambda: _thread(_src(8), drop_odd), epochs=2)
+    assert sorted(dp[0] for dp in seq[:4]) == [0, 20, 40, 60]
+    assert len(seq) == 8
+
+
+def test_composed_pipeline_resumes_exactly():
+    def make():
+        mapped = _thread(_src(10, seed=11), jittery, buffer_size=4)
+        return MapData(BatchData(mapped, 3, remainder=True), lambda b: [b[0].sum(), len(b[0])])
+
+    seq = check_resume(make, epochs=3)
+    assert [dp[1] for dp in seq] == [3, 3, 3, 1] * 3
+    assert sum(dp[0] for dp in seq[:4]) == 450
+
+
+def test_mapper_over_mapper_resumes_exactly():
+    check_resume(lambda: _thread(_thread(_src(6), jittery, buffer_size=2), buffer_size=2),
+                 epochs=2)
+
+
+def test_resume_does_not_map_delivered_inputs_again():
+    lock = threading.Lock()
+    calls: list[int] = []
+
+    def counting(dp):
+        with lock:
+            calls.append(dp[0])
+        return times10(dp)
+
+    ref = _thread(_src(12), counting, buffer_size=4)
+    ref.reset_state()
+    it = iter(ref)
+    first = [next(it)[0] for _ in range(5)]
+    state = _json(ref.state_dict())
+    it.close()
+    ref.close()
+    assert state["read"] == 5 and state["pending"] == [] and state["pos"] == 5
+    calls.clear()
+    fresh = _thread(_src(12), counting, buffer_size=4)
+    fresh.reset_state()
+    fresh.load_state_dict(state)
+    rest = [dp[0] for dp in fresh]
+    fresh.close()
+    assert len(calls) == 7
+    assert sorted(first + rest) == [10 * i for i in range(12)]
+
+
+# ---- strict and unordered: no loss, no duplicates ---------------------------------------------
+
+
+def _states_of_a_run(make, epochs=1):
+    """(results, states) of an uninterrupted run: states[k] was taken after result k."""
+    ref = make()
+    ref.reset_state()
+    results, states = [], [_json(ref.state_dict())]
+    for _ in range(epochs):
+        for dp in ref:
+            results.append(to_plain(dp))
+            states.append(_json(ref.state_dict()))
+    ref.close()
+    return results, states
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _thread(_src(9), jittery, ordered=False, buffer_size=4),
+    lambda: _proc(_src(6), jittery, ordered=False, buffer_size=3),
+], ids=["thread", "process"])
+def test_unordered_strict_rest_of_epoch_is_every_undelivered_result_once(make):
+    results, states = _states_of_a_run(make)
+    n = len(results)
+    full = sorted(map(repr, results))
+    for k, state in enumerate(states):
+        assert len(state["pending"]) <= state["read"] and len(state["pending"]) <= 4
+        fresh = make()
+        fresh.reset_state()
+        fresh.load_state_dict(state)
+        rest = [to_plain(dp) for dp in fresh]
+        later = [to_plain(dp) for dp in fresh]
+        fresh.close()
+        want = Counter(map(repr, results)) - Counter(map(repr, results[:k]))
+        assert Counter(map(repr, rest)) == want, f"after {k} of {n}"
+        assert sorted(map(repr, later)) == full
+
+
+def test_unordered_state_lists_the_inputs_in_flight():
+    release = threading.Event()
+
+    def slow_on_zero(dp):
+        if dp[0] == 0:
+            release.wait(5)
+        return times10(dp)
+
+    m = _thread(_src(10, shuffle=False), slow_on_zero, ordered=False, buffer_size=4)
+    m.reset_state()
+    it = iter(m)
+    got = [next(it)[0] for _ in range(6)]
+    state = _json(m.state_dict())
+    release.set()
+    it.close()
+    m.close()
+    assert sorted(got) == [10, 20, 30, 40, 50, 60]
+    # input 0 is still in flight; everything read after it, except what was delivered, too
+    assert state["pending"][0] == 0 and state["pos"] == 6
+    assert state["read"] - len(state["pending"]) == 6
+    fresh = _thread(_src(10, shuffle=False), times10, ordered=False, buffer_size=4)
+    fresh.reset_state()
+    fresh.load_state_dict(state)
+    assert sorted(dp[0] for dp in fresh) == [0, 70, 80, 90]
+    fresh.close()
+
+
+# ---- states ------------------------------------------------------------------------------------
+
+
+def test_strict_state_layout():
+    m = _thread(_src(5, shuffle=False), buffer_size=2)
+    m.reset_state()
+    assert m.state_dict() == {
+        "type": "MultiThreadMapData", "strict": True, "ordered": True, "epoch": -1, "pos": 0,
+        "done": True, "size": 5, "read": 0, "pending": [],
+        "child": {"type": "DataFromList", "size": 5, "epoch": -1, "pos": 0, "done": True},
+    }
+    it = iter(m)
+    next(it)
+    next(it)
+    state = m.state_dict()
+    assert (state["epoch"], state["pos"], state["done"], state["read"], state["pending"]) == (
+        0, 2, False, 2, [])
+    assert state["child"] == {"type": "DataFromList", "size": 5, "epoch": 0, "pos": 0,
+                              "done": False}
+    it.close()
+    assert m.state_dict()["done"] is True
+    m.close()
+
+
+def test_mismatch_errors_name_stage_expected_and_found():
+    m = _thread(_src(7))
+    m.reset_state()
+    state = _json(m.state_dict())
+    m.close()
+    cases = [
+        (_thread(_src(9)), r"stage MultiThreadMapData: expected size=9, found size=7"),
+        (_thread(_src(7), ordered=False), r"stage MultiThreadMapData: expected ordered=False, "
+                                          r"found ordered=True"),
+        (_thread(_src(7), strict=False), r"expected strict=False, found strict=True"),
+        (_proc(_src(7)), r"expected type 'MultiProcessMapDataZMQ', found 'MultiThreadMapData'"),
+        (BatchData(_thread(_src(7)), 2), r"stage BatchData: expected type 'BatchData', found "
+                                         r"'MultiThreadMapData'"),
+    ]
+    for flow, match in cases:
+        with pytest.raises(StateMismatchError, match=match):
+            flow.load_state_dict(state)
+        flow.close()
+    bad = dict(state, read=2, pending=[3])
+    with pytest.raises(StateMismatchError, match=r"expected read=<int >= 0> and pending="):
+        _thread(_src(7)).load_state_dict(bad)
+
+
+class Numbers(DataFlow):
+    """A user-defined flow without a length (it gets the replaying state)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        for i in range(self.n):
+            yield [i, float(i)]
+
+
+def test_a_pass_shorter_than_the_state_is_a_mismatch():
+    ref = _thread(Numbers(8), buffer_size=2)
+    ref.reset_state()
+    it = iter(ref)
+    [next(it) for _ in range(6)]
+    state = _json(ref.state_dict())
+    it.close()
+    ref.close()
+    assert (state["size"], state["read"]) == (None, 6)
+    short = _thread(Numbers(4), buffer_size=2)
+    short.reset_state()
+    short.load_state_dict(state)
+    with pytest.raises(StateMismatchError, match=r"expected a pass of at least 6 inputs .* "
+                                                 r"found 4"):
+        list(short)
+    short.close()
+
+
+# ---- weaker contracts: non-strict mappers, runners, receivers ---------------------------------
+
+
+def test_non_strict_resumes_after_the_last_input_read_without_repeating():
+    def make():
+        return _thread(_src(30, shuffle=False), ordered=True, strict=False, buffer_size=3)
+
+    ref = make()
+    ref.reset_state()
+    it = iter(ref)
+    first = [next(it)[0] for _ in range(5)]
+    state = _json(ref.state_dict())
+    it.close()
+    ref.close()
+    assert first == [0, 10, 20, 30, 40]
+    read = state["child"]["pos"]
+    assert 5 <= read <= 5 + 3 and (state["pos"], state["strict"]) == (5, False)
+    fresh = make()
+    fresh.reset_state()
+    fresh.load_state_dict(state)
+    it = iter(fresh)
+    rest = [next(it)[0] for _ in range(10)]
+    it.close()
+    fresh.close()
+    assert rest == [10 * i for i in range(read, read + 10)]
+
+
+def test_map_and_batch_state_keeps_the_batches_not_yet_yielded():
+    def make():
+        return MultiProcessMapAndBatchDataZMQ(_src(200, shuffle=False), 2, times10, 4)
+
+    ref = make()
+    ref.reset_state()
+    it = iter(ref)
+    first = [next(it) for _ in range(3)]
+    state = _json(ref.state_dict())
+    it.close()
+    ref.close()
+    assert state["batch_size"] == 4 and state["pos"] == 3
+    fresh = make()
+    fresh.reset_state()
+    fresh.load_state_dict(state)
+    it = iter(fresh)
+    rest = [next(it) for _ in range(3)]
+    it.close()
+    fresh.close()
+    seen = [int(x) for b in first + rest for x in b[0]]
+    assert len(seen) == 24 and len(set(seen)) == 24  # nothing repeated
+    assert all(b[0].shape == (4,) for b in rest)
+    with pytest.raises(StateMismatchError, match=r"expected batch_size=8, found batch_size=4"):
+        MultiProcessMapAndBatchDataZMQ(_src(40), 2, times10, 8).load_state_dict(state)
+
+
+@pytest.mark.parametrize("make", [
+    lambda n=6: MultiThreadRunner(lambda: _src(n, shuffle=False), 4, 2),
+    lambda n=6: MultiProcessRunnerZMQ(_src(n, shuffle=False), 2),
+], ids=["thread", "zmq"])
+def test_runner_state_restores_the_count_of_the_epoch(make):
+    ref = make()
+    ref.reset_state()
+    it = iter(ref)
+    next(it)
+    next(it)
+    state = _json(ref.state_dict())
+    it.close()
+    ref.close()
+    assert state == {"type": type(ref).__name__, "size": 6, "epoch": 0, "pos": 2,
+                     "done": False}
+    fresh = make()
+    fresh.reset_state()
+    fresh.load_state_dict(state)
+    rest = list(fresh)
+    after = fresh.state_dict()
+    later = list(fresh)
+    fresh.close()
+    assert len(rest) == 4 and len(later) == 6
+    assert (after["epoch"], after["pos"], after["done"]) == (0, 6, True)
+    with pytest.raises(StateMismatchError, match=r"expected size=5, found size=6"):
+        make(5).load_state_dict(state)
+
+
+def test_remote_receiver_saves_its_counters_only():
+    r = RemoteDataZMQ("ipc:///nonexistent-a", "ipc:///nonexistent-b")
+    r.cnt1, r.cnt2 = 3, 4
+    state = _json(r.state_dict())
+    assert state == {"type": "RemoteDataZMQ", "num_addrs": 2, "cnt1": 3, "cnt2": 4}
+    other = RemoteDataZMQ("ipc:///nonexistent-a", "ipc:///nonexistent-b")
+    other.load_state_dict(state)
+    assert (other.cnt1, other.cnt2) == (3, 4)
+    with pytest.raises(StateMismatchError, match=r"expected num_addrs=1, found num_addrs=2"):
+        RemoteDataZMQ("ipc:///nonexistent-a").load_state_dict(state)
