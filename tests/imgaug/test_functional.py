@@ -95,3 +95,15 @@ def test_lighting_uint8_table_matches_the_float_path():
         out = fn.lighting(img, inc)
         assert out.dtype == np.uint8
         assert np.array_equal(out, expected.astype(np.uint8))
+
+
+def test_lighting_uint8_integer_path_matches_the_float_path():
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        img = rng.integers(0, 256, (5, 6, 3), dtype=np.uint8)
+        inc = rng.normal(0, 60, 3)
+        expected = np.clip(np.rint(img.astype(np.float32) + inc.astype(np.float32)), 0, 255)
+        assert np.array_equal(fn.lighting(img, inc), expected.astype(np.uint8))
+    img = rng.integers(0, 256, (5, 6, 3), dtype=np.uint8)
+    assert np.array_equal(fn.lighting(img, [0.2, -0.3, 0.0]), img)
+    assert fn.lighting(img, [0.2, -0.3, 0.0]) is not img

@@ -403,9 +403,17 @@ def salt_pepper(img: np.ndarray, seed: int, white_prob: float, black_prob: float
 def lighting(img: np.ndarray, inc: Sequence[float], clip: bool = True) -> np.ndarray:
     """Add the per-channel vector ``inc`` to every pixel of a 3-channel image."""
     if img.dtype == _UINT8 and img.ndim == 3 and img.shape[2] == 3:
-        # a per-channel table, computed in float32 exactly as the float path below computes
-        # each pixel, so the result is the same to the bit without float temporaries
-        table = np.arange(256, dtype=np.float32)[:, None] + np.asarray(inc, np.float32)[None]
+        # uint8 without float temporaries, the same to the bit as the float path below
+        inc32 = np.asarray(inc, np.float32)
+        if (np.abs(inc32 - np.floor(inc32) - 0.5) > 1e-3).all():
+            # away from a tie, rint(v + inc) == v + rint(inc) for every integer v: two
+            # saturating integer passes (OpenCV scalars saturate to uint8, hence add/subtract)
+            k = np.rint(inc32).astype(np.int64).tolist()
+            up, down = [max(x, 0) for x in k], [max(-x, 0) for x in k]
+            out = cv2.add(img, (*up, 0)) if any(up) else img.copy()
+            return cv2.subtract(out, (*down, 0)) if any(down) else out
+        # near a tie, a per-channel table computed in float32 as the float path computes
+        table = np.arange(256, dtype=np.float32)[:, None] + inc32[None]
         table = np.clip(np.rint(table), 0, 255).astype(np.uint8).reshape(1, 256, 3)
         return cv2.LUT(np.ascontiguousarray(img), table)
     x = _work(img)
