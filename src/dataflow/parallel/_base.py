@@ -19,7 +19,13 @@ from typing import Any
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 from dataflow.errors import WorkerError
 from dataflow.parallel import _lifecycle
-from dataflow.parallel._resume import check_progress, resume_source
+from dataflow.parallel._resume import (
+    Checkpoints,
+    check_progress,
+    child_state,
+    repeat_passes,
+    skip_delivered,
+)
 from dataflow.parallel._worker import MapScheduler, repeat_enumerate, runner_stream
 from dataflow.state import EpochCounter, check_state, finished
 
@@ -212,8 +218,10 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
         self.strict = bool(strict)
         self.ordered = bool(ordered)
         self._sched: MapScheduler | None = None
-        self._child_start: dict[str, Any] | None = None  # the child's state at the pass start
-        self._resume_progress: tuple[int, list[int]] | None = None  # (read, pending) to resume
+        self._checkpoints = Checkpoints(self.ds, self.buffer_size, self.strict)
+        # after load_state_dict: (child_pos, read, pending) and the child's state to resume from
+        self._resume_progress: tuple[int, int, list[int]] | None = None
+        self._resume_child: dict[str, Any] | None = None
         self._init_lifecycle()
 
     def _make_scheduler(self) -> MapScheduler:
@@ -236,10 +244,27 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
         self._closed = False
         self.ds.reset_state()
         self._start_or_clean()
-        self._sched = self._make_scheduler()
+        self._sched = sched = self._make_scheduler()
+        sched.checkpoint = self._checkpoints.take
         if not self.strict:
-            self._sched.set_source(repeat_enumerate(self.ds))
+            self._start_stream()
         self._started = True
+
+    def _start_stream(self) -> None:
+        """Non-strict: start the endless stream, or continue the restored one."""
+        sched = self._sched
+        assert sched is not None
+        if self._resume_progress is None:
+            self._checkpoints.reset(0, child_state(self.ds))
+            sched.set_source(repeat_enumerate(self.ds))
+        else:
+            cpos, read, pending = self._resume_progress
+            source = skip_delivered(repeat_passes(self.ds, True), cpos, read, pending,
+                                    type(self).__name__)
+            sched.start_epoch(source, read, pending, origin=cpos)
+            self._checkpoints.reset(cpos, self._resume_child)
+            self._resume_progress = None
+        sched.checkpoint_after(self.buffer_size)
 
     def __len__(self) -> int:
         return len(self.ds)
@@ -259,22 +284,18 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
         sched = self._sched
         assert sched is not None
         if self.strict:  # the pass of ds begins now, with this iterator
-            source: Iterator[tuple[int, Any]] = enumerate(self.ds)
             if restored and self._resume_progress is not None:
-                read, pending = self._resume_progress
-                source = resume_source(source, read, pending, type(self).__name__)
-                sched.start_epoch(source, read, pending)
+                cpos, read, pending = self._resume_progress
+                source = skip_delivered(enumerate(self.ds, cpos), cpos, read, pending,
+                                        type(self).__name__)
+                sched.start_epoch(source, read, pending, origin=cpos)
+                self._checkpoints.reset(cpos, self._resume_child)
             else:
-                self._child_start = self._child_state()
-                sched.start_epoch(source)
+                sched.start_epoch(enumerate(self.ds))
+                self._checkpoints.reset(0, child_state(self.ds))
+            sched.checkpoint_after(self.buffer_size)
             self._resume_progress = None
         return self._run(token)
-
-    def _child_state(self) -> dict[str, Any] | None:
-        try:
-            return self.ds.state_dict()
-        except NotImplementedError:
-            return None  # state_dict() will say so; iteration does not need it
 
     def _stream(self, sched: MapScheduler) -> Iterator[Any]:
         """The datapoints this flow yields (the batching mapper flattens batches)."""
@@ -294,6 +315,9 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
             except Exception:
                 if not self.strict:  # the failed pass of ds is over: the next __iter__
                     sched.set_source(repeat_enumerate(self.ds))  # starts a new one
+                    state = child_state(self.ds)
+                    self._checkpoints.reset(sched.read_position(),
+                                            None if state is None else finished(state))
                 raise
             finally:
                 if token is not None:
@@ -303,44 +327,45 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
 
     def state_dict(self) -> dict[str, Any]:
         """The iteration state (JSON-serializable): counters (``epoch``, ``pos``: datapoints
-        yielded in it, ``done``) and the child's state.
+        yielded in it, ``done``), and where the input stream stands: ``read``, ``pending``,
+        ``child_pos`` and ``child`` (see :mod:`dataflow.parallel._resume`).
 
-        ``strict=True``: exact. The state also holds ``read`` and ``pending``: every input of
-        the pass below position ``read`` was delivered except those in ``pending`` (at most
-        ``buffer_size``), and ``child`` is the child's state at the start of the pass. On
-        resume the consumer replays the pass of ``ds`` from there (re-reading the delivered
-        inputs, but not mapping them again) and dispatches only the undelivered ones. Ordered:
-        the rest of the epoch, and the epochs after it, equal an uninterrupted run's.
-        Unordered: the rest of the epoch is every undelivered result exactly once (results
-        that had arrived but were not yet yielded are mapped again), in a new order.
+        Exact for ``strict=True``: on resume the consumer restores the child to a state saved
+        at most about ``2 * buffer_size`` inputs before the oldest undelivered one, reads the
+        pass again from there (without mapping the delivered inputs again) and dispatches only
+        the undelivered ones. Ordered: the rest of the epoch, and the epochs after it, equal an
+        uninterrupted run's. Unordered: the rest of the epoch holds every result not yet
+        delivered exactly once (those that had arrived but were not yet yielded are mapped
+        again), in a new order.
 
-        ``strict=False`` (an endless stream): not exact. ``child`` is the child's state at the
-        time of the save, so the stream resumes after the last input read; the inputs in flight
-        at that moment (at most ``buffer_size``) are skipped, none is repeated.
+        ``strict=False`` (an endless stream): the same over the stream; ordered, the stream
+        continues exactly; unordered, every input not yet delivered comes exactly once (as the
+        epochs of the stream mix, "the rest of the epoch" has no meaning there). Not exact: after
+        a pass of ``ds`` that raised, inputs of that pass still in flight may be given up.
         """
         state: dict[str, Any] = {
             "type": type(self).__name__, "strict": self.strict, "ordered": self.ordered,
             **self._counters(),
         }
-        if not self.strict:
-            state["child"] = self.ds.state_dict()
-            return state
-        state["size"] = known_length(self.ds)
+        if self.strict:
+            state["size"] = known_length(self.ds)
+        sched = self._sched
         if self._resume_progress is not None:  # restored, not iterated since
-            read, pending = self._resume_progress
-            child = self._child_start
-        elif self._done or self._sched is None:
-            read, pending, child = 0, [], finished(self.ds.state_dict())
+            cpos, read, pending = self._resume_progress
+            child = self._resume_child
+        elif sched is None or (self.strict and self._done):
+            cpos, read, pending, child = 0, 0, [], child_state(self.ds)
+            if self.strict and child is not None:
+                child = finished(child)  # the next __iter__ starts a new pass
         else:
-            read, pending = self._sched.progress()
-            child = self._child_start
+            cpos, child, read, pending = self._checkpoints.select(*sched.progress())
         if child is None:
             raise NotImplementedError(
                 f"{type(self).__name__} cannot save its iteration state: its child "
                 f"{type(self.ds).__name__} has no state_dict(); implement state_dict() and "
                 "load_state_dict() for it."
             )
-        state.update(read=read, pending=pending, child=child)
+        state.update(child_pos=cpos, read=read, pending=pending, child=child)
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -349,17 +374,17 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
         Raises :class:`~dataflow.state.StateMismatchError` when the state comes from another
         stage, another ``strict``/``ordered`` setting or a dataset of another size.
         """
-        name = type(self).__name__
-        if not self.strict:
-            check_state(state, self, strict=False, ordered=self.ordered)
-            self._restore_counters(state)
-            self.ds.load_state_dict(state["child"])
-            if self._sched is not None:  # drop what is in flight; continue from the child
-                self._sched.start_epoch(repeat_enumerate(self.ds))
-            return
-        check_state(state, self, strict=True, ordered=self.ordered, size=known_length(self.ds))
-        read, pending = check_progress(state, name)
+        expected: dict[str, Any] = {"strict": self.strict, "ordered": self.ordered}
+        if self.strict:
+            expected["size"] = known_length(self.ds)
+        check_state(state, self, **expected)
+        progress = check_progress(state, type(self).__name__)
         self._restore_counters(state)
         self.ds.load_state_dict(state["child"])
-        self._child_start = state["child"]
-        self._resume_progress = None if state["done"] else (read, pending)
+        self._resume_child = state["child"]
+        if self.strict:
+            self._resume_progress = None if state["done"] else progress
+        else:
+            self._resume_progress = progress
+            if self._sched is not None:  # drop what is in flight; continue from the state
+                self._start_stream()

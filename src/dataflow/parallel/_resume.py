@@ -1,60 +1,153 @@
-"""Resumable iteration of the parallel stages (issue 9): helpers for ``state_dict()``.
+"""Resumable iteration of the parallel mappers (issue 9): what ``state_dict()`` saves.
 
-A strict mapper saves, for the pass in progress, ``read`` and ``pending`` (see
-:meth:`~dataflow.parallel._worker.MapScheduler.progress`): the inputs below position ``read``
-were delivered, except the positions in ``pending`` (at most ``buffer_size`` of them). With the
-state of its child at the start of the pass, :func:`resume_source` replays the pass in the
-consumer and dispatches only what was not delivered: ``map_func`` never runs again on a
-delivered input.
+A mapper reads its inputs from ``ds`` in the consumer as a *stream* (one pass of ``ds`` for a
+strict mapper, endless repeated passes otherwise) whose positions count the inputs read. Its
+state holds (see :meth:`~dataflow.parallel._worker.MapScheduler.progress`):
+
+* ``read`` and ``pending``: every input below position ``read`` was delivered (yielded, or
+  dropped as ``None``) except the positions in ``pending`` (at most ``buffer_size``);
+* ``child_pos`` and ``child``: the child's state taken between two reads, before position
+  ``child_pos`` (<= the oldest undelivered input). :class:`Checkpoints` takes such states every
+  ``buffer_size`` inputs or so (never more than ~1 % of the time), so a resume re-reads about
+  ``2 * buffer_size`` inputs, not the whole pass.
+
+On resume the child is restored to ``child``, the stream is read again from ``child_pos``, and
+:func:`skip_delivered` dispatches only the undelivered inputs: ``map_func`` never runs again on
+a delivered one.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+import time
+from collections import deque
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-from dataflow.state import StateMismatchError
+from dataflow.state import StateMismatchError, state_done
 
-__all__ = ["check_progress", "resume_source"]
+__all__ = ["Checkpoints", "check_progress", "child_state", "repeat_passes", "skip_delivered"]
+
+#: a checkpoint may cost at most 1/RATIO of the time between two checkpoints
+RATIO = 100
 
 
-def resume_source(
-    source: Iterator[tuple[int, Any]], read: int, pending: list[int], stage: str
-) -> Iterator[tuple[int, Any]]:
-    """The ``(position, datapoint)`` pairs of ``source`` at positions in ``pending`` or from
-    ``read`` on. Raises :class:`StateMismatchError` if the pass ends before ``read``."""
+def child_state(ds: Any) -> dict[str, Any] | None:
+    """``ds.state_dict()``, or ``None`` for a flow that cannot save one."""
+    try:
+        return ds.state_dict()
+    except NotImplementedError:
+        return None
+
+
+def skip_delivered(
+    source: Iterator[Any], start: int, read: int, pending: list[int], stage: str
+) -> Iterator[Any]:
+    """The items of ``source`` (stream positions ``start, start + 1, ...``) at positions in
+    ``pending`` or from ``read`` on. Raises :class:`StateMismatchError` if it ends before
+    ``read``: the state came from a longer stream."""
     wanted = set(pending)
-    last = -1
-    for pos, dp in source:
-        last = pos
+    pos = start
+    for item in source:
         if pos >= read:
-            yield pos, dp
+            yield item
             yield from source
             return
         if pos in wanted:
-            yield pos, dp
-    if last + 1 < read:
+            yield item
+        pos += 1
+    if pos < read:
         raise StateMismatchError(
             f"state for stage {stage}: expected a pass of at least {read} inputs (the state was "
-            f"saved after reading {read}), found {last + 1}; the state was saved from another "
+            f"saved after reading {read}), found {pos}; the state was saved from another "
             "pipeline or dataset."
         )
 
 
-def check_progress(state: dict[str, Any], stage: str) -> tuple[int, list[int]]:
-    """``(read, pending)`` of a strict mapper's state, validated."""
-    read, pending = state.get("read"), state.get("pending")
+def repeat_passes(ds: Iterable[Any], first_may_be_empty: bool) -> Iterator[tuple[int, Any]]:
+    """``(position in pass, datapoint)`` over endless passes of ``ds``; stops on an empty
+    pass, except the first one of a restored stream (the rest of a pass saved at its end)."""
+    while True:
+        n = 0
+        for n, dp in enumerate(ds, 1):
+            yield n - 1, dp
+        if n == 0 and not first_may_be_empty:
+            return
+        first_may_be_empty = False
+
+
+class Checkpoints:
+    """The child's states at positions of the input stream (oldest first)."""
+
+    def __init__(self, ds: Any, every: int, within_pass: bool) -> None:
+        self.ds = ds
+        self.every = max(1, every)
+        # strict: a state saved at the end of the pass (which reports it over) would make the
+        # next __iter__ of the child start a new pass instead of finishing this one
+        self.within_pass = within_pass
+        self.snaps: deque[tuple[int, dict[str, Any] | None]] = deque()
+        self._not_before = 0.0
+
+    def reset(self, pos: int, state: dict[str, Any] | None) -> None:
+        """A new stream (or pass) whose first input is at ``pos``, the child being in ``state``."""
+        self.snaps = deque([(pos, state)])
+        self._not_before = 0.0
+
+    def take(self, sched: Any) -> int:
+        """Scheduler hook (see ``MapScheduler.checkpoint``): save the child's state before the
+        next position is read, and drop the checkpoints older than needed for the oldest
+        undelivered position. Returns the number of inputs until the next call."""
+        if self.snaps and self.snaps[0][1] is None:
+            return 1 << 62  # the child has no state: never try again
+        start = time.perf_counter()
+        if start < self._not_before:
+            return max(1, self.every // 4)
+        pos = sched.read_position()
+        state = child_state(self.ds)
+        if state is None:
+            self.snaps = deque([(pos, None)])
+            return 1 << 62
+        if self.within_pass and state_done(state):
+            return self.every
+        self.snaps.append((pos, state))
+        read, pending = sched.progress()
+        first = pending[0] if pending else read
+        while len(self.snaps) > 1 and self.snaps[1][0] <= first:
+            self.snaps.popleft()
+        self._not_before = time.perf_counter() + RATIO * (time.perf_counter() - start)
+        return self.every
+
+    def select(
+        self, read: int, pending: list[int]
+    ) -> tuple[int, dict[str, Any] | None, int, list[int]]:
+        """``(child_pos, child, read, pending)`` to save: the newest checkpoint at or before the
+        oldest undelivered position. (If there is none, which only happens after a failed pass of
+        a non-strict mapper, the undelivered inputs before the oldest checkpoint are given up.)"""
+        first = pending[0] if pending else read
+        for pos, state in reversed(self.snaps):
+            if pos <= first:
+                return pos, state, read, pending
+        pos, state = self.snaps[0]
+        return pos, state, max(read, pos), [p for p in pending if p >= pos]
+
+
+def check_progress(state: dict[str, Any], stage: str) -> tuple[int, int, list[int]]:
+    """``(child_pos, read, pending)`` of a mapper's state, validated."""
+    cpos, read, pending = state.get("child_pos"), state.get("read"), state.get("pending")
+
+    def is_int(x: Any) -> bool:
+        return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
     ok = (
-        isinstance(read, int) and not isinstance(read, bool) and read >= 0
-        and isinstance(pending, list)
-        and all(isinstance(p, int) and not isinstance(p, bool) and 0 <= p < read for p in pending)
+        is_int(cpos) and is_int(read) and cpos <= read and isinstance(pending, list)
+        and all(is_int(p) and cpos <= p < read for p in pending)
         and all(a < b for a, b in itertools.pairwise(pending))
     )
     if not ok:
         raise StateMismatchError(
-            f"state for stage {stage}: expected read=<int >= 0> and pending=<sorted positions "
-            f"below read>, found read={read!r}, pending={pending!r:.80}; the state is corrupt "
-            "or from another version."
+            f"state for stage {stage}: expected child_pos <= read (ints >= 0) and pending "
+            f"(sorted positions from child_pos to below read), found child_pos={cpos!r}, "
+            f"read={read!r}, pending={pending!r:.80}; the state is corrupt or from another "
+            "version."
         )
-    return read, list(pending)
+    return cpos, read, list(pending)

@@ -270,6 +270,11 @@ class MapScheduler:
         # a resumed strict epoch dispatches the positions `_base_pending`, then `_base_read`, ...
         self._base_pending: list[int] = []
         self._base_read = 0
+        self._origin = 0  # stream position of the first input the source yields
+        #: called with this scheduler between two reads when due; returns the number of inputs
+        #: until the next call (the mappers save their child's state there)
+        self.checkpoint: Callable[[MapScheduler], int] | None = None
+        self._checkpoint_at = 0
 
     def queue_stats(self) -> dict[str, int]:
         """``size``: finished results waiting to be yielded; ``capacity``: ``buffer_size``."""
@@ -279,15 +284,22 @@ class MapScheduler:
         return len(self._outstanding) + len(self._done) + len(self._ready)
 
     def start_epoch(
-        self, source: Iterator[tuple[int, Any]], read: int = 0, pending: list[int] | None = None
+        self,
+        source: Iterator[tuple[int, Any]],
+        read: int = 0,
+        pending: list[int] | None = None,
+        origin: int = 0,
     ) -> None:
-        """Begin a new pass (strict): what is still in flight from an older one is dropped.
+        """Begin a new pass (strict), or restart the stream (a restored non-strict one): what is
+        still in flight from before is dropped.
 
-        A resumed pass (see :meth:`progress`) gives the ``(read, pending)`` it was saved with;
-        ``source`` must then yield exactly the positions ``pending``, then ``read, read + 1...``.
+        A resumed stream (see :meth:`progress`) gives the ``(read, pending)`` it was saved with;
+        ``source`` must then yield exactly the stream positions ``pending``, then ``read,
+        read + 1...``; ``origin`` is the position the underlying stream restarts from.
         """
         self._base_pending = list(pending or ())
-        self._base_read = read
+        self._base_read = max(read, origin)
+        self._origin = origin
         self._epoch_start = self._next_index
         self._n_stale = len(self._outstanding)
         self._done.clear()
@@ -308,6 +320,8 @@ class MapScheduler:
             if room <= 0 or (room < chunk_size and len(self._outstanding) >= chunk_size):
                 return
             room = min(chunk_size, room)
+            if self._next_index >= self._checkpoint_at and self.checkpoint is not None:
+                self._checkpoint_at = self._next_index + self.checkpoint(self)
             # take the inputs first: if the source raises, nothing is half-registered
             items = list(itertools.islice(source, room))  # type: ignore[arg-type]
             if len(items) < room:
@@ -350,8 +364,21 @@ class MapScheduler:
             return True, self._ready.popleft()[1]
         return False, None
 
+    def checkpoint_after(self, n: int) -> None:
+        """Call :attr:`checkpoint` again once ``n`` more inputs were read."""
+        self._checkpoint_at = self._next_index + n
+
+    def read_position(self) -> int:
+        """The stream position the source reads next (its generator is suspended between
+        reads whenever the consumer's code runs)."""
+        n = self._next_index - self._epoch_start
+        if n == 0:
+            return self._origin
+        nb = len(self._base_pending)
+        return (self._base_pending[n - 1] if n <= nb else self._base_read + n - 1 - nb) + 1
+
     def progress(self) -> tuple[int, list[int]]:
-        """``(read, pending)`` of the strict pass in progress, in positions of the pass: each
+        """``(read, pending)`` of the pass (strict) or stream in progress, in its positions: each
         position below ``read`` was delivered (yielded, or dropped as ``None``) unless it is in
         ``pending`` (sorted); none from ``read`` on was. ``pending`` holds at most
         ``buffer_size`` positions (the inputs in flight)."""
