@@ -9,43 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from dataflow._protobuf import fields as _fields
+from dataflow._protobuf import varint as _varint
+
 __all__ = ["read_blob_proto"]
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise ValueError("varint too long")
-
-
-def _fields(buf: bytes):
-    """Yield ``(field_number, wire_type, value)``; value is an int or a bytes slice."""
-    pos = 0
-    while pos < len(buf):
-        key, pos = _varint(buf, pos)
-        field, wire = key >> 3, key & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire in (1, 5):
-            width = 8 if wire == 1 else 4
-            value, pos = buf[pos : pos + width], pos + width
-        elif wire == 2:
-            length, pos = _varint(buf, pos)
-            value, pos = buf[pos : pos + length], pos + length
-        else:
-            raise ValueError(f"unsupported wire type {wire} (field {field})")
-        if pos > len(buf):
-            raise ValueError(f"truncated field {field}")
-        yield field, wire, value
 
 
 def _packed_varints(buf: bytes) -> list[int]:

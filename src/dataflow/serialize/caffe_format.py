@@ -22,27 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from dataflow._protobuf import varint as _varint
 from dataflow.serialize.lmdb_data import LMDBData, LMDBDataDecoder
 
 __all__ = ["CaffeLMDB", "parse_datum"]
 
 logger = logging.getLogger(__name__)
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = 0
-    shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
 
 
 def _int32(v: int) -> int:

@@ -89,6 +89,18 @@ class _Children(EpochCounter):
             df.load_state_dict(child)
 
 
+class _SeededChildren(_Children):
+    """State of the random flows over several children: own counters (RandomChooseData: the
+    number of picks), the seed (an epoch's draws are re-derived) and every child's state."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._children_state(seed=self._seed_state())  # type: ignore[attr-defined]
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._load_children(state)
+        self._load_seed_state(state["seed"])  # type: ignore[attr-defined]
+
+
 class _MultiFlow(_Children, DataFlow):
     def reset_state(self) -> None:
         _reset_distinct(self.df_lists)
@@ -211,7 +223,7 @@ def _parse_weighted(df_lists: Any) -> tuple[list[DataFlow], np.ndarray]:
     return flows, np.full(len(flows), 1.0 / len(flows))
 
 
-class RandomChooseData(_Children, RNGDataFlow):
+class RandomChooseData(_SeededChildren, RNGDataFlow):
     """At each step yields the next datapoint of a randomly chosen flow.
 
     ``df_lists`` is a list of flows (equal probability) or of ``(flow, probability)`` pairs whose
@@ -254,19 +266,12 @@ class RandomChooseData(_Children, RNGDataFlow):
         finally:
             self._end(token)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Own counters (the number of picks), the seed and every child's state."""
-        return self._children_state(seed=self._seed_state())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._load_children(state)
-        self._load_seed_state(state["seed"])
 
 
 _CHUNK = 256
 
 
-class RandomMixData(_Children, RNGDataFlow):
+class RandomMixData(_SeededChildren, RNGDataFlow):
     """Mixes the flows at random so that each is consumed exactly ``len(flow)`` times.
 
     Needs the length of every flow; ``len`` is their sum. A flow that yields fewer datapoints
@@ -321,10 +326,3 @@ class RandomMixData(_Children, RNGDataFlow):
         finally:
             self._end(token)
 
-    def state_dict(self) -> dict[str, Any]:
-        """Own counters, the seed (the order of an epoch is re-derived) and the children's."""
-        return self._children_state(seed=self._seed_state())
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self._load_children(state)
-        self._load_seed_state(state["seed"])
