@@ -222,7 +222,7 @@ def test_resume_reads_the_pass_again_only_from_a_recent_checkpoint():
         return dp
 
     def make():
-        return _thread(MapData(_src(400, shuffle=False), count_read), buffer_size=8)
+        return _thread(MapData(_src(400, shuffle=False), count_read), jittery, buffer_size=8)
 
     ref = make()
     ref.reset_state()

@@ -196,6 +196,8 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
     """
 
     _worker_arg = "num_workers"
+    _counts_results = True  # each result of the scheduler is one datapoint of this flow
+    _live: int | None = None  # _pos - scheduler.yielded() during an epoch
 
     def __init__(
         self,
@@ -295,6 +297,8 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
                 self._checkpoints.reset(0, child_state(self.ds))
             sched.checkpoint_after(self.buffer_size)
             self._resume_progress = None
+        # _pos counts what the scheduler yields from now on (a subclass may count itself)
+        self._live = self._pos - sched.yielded() if self._counts_results else None
         return self._run(token)
 
     def _stream(self, sched: MapScheduler) -> Iterator[Any]:
@@ -306,9 +310,7 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
             sched = self._sched
             assert sched is not None
             try:
-                for out in self._stream(sched):
-                    self._pos += 1
-                    yield out
+                yield from self._stream(sched)
             except WorkerError:
                 self._shutdown()
                 raise
@@ -320,8 +322,19 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
                                             None if state is None else finished(state))
                 raise
             finally:
-                if token is not None:
+                if token is not None and self._token is token:
+                    self._sync_pos()
+                    self._live = None
                     self._end(token)
+
+    def _sync_pos(self) -> None:
+        """``_pos`` of a live epoch is read off the scheduler (no per-datapoint counting)."""
+        if self._live is not None and self._sched is not None:
+            self._pos = self._live + self._sched.yielded()
+
+    def _counters(self) -> dict[str, Any]:
+        self._sync_pos()
+        return super()._counters()
 
     # ---- resumable iteration ------------------------------------------------------------------
 

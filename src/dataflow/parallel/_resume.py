@@ -8,7 +8,7 @@ state holds (see :meth:`~dataflow.parallel._worker.MapScheduler.progress`):
   dropped as ``None``) except the positions in ``pending`` (at most ``buffer_size``);
 * ``child_pos`` and ``child``: the child's state taken between two reads, before position
   ``child_pos`` (<= the oldest undelivered input). :class:`Checkpoints` takes such states every
-  ``buffer_size`` inputs or so (never more than ~1 % of the time), so a resume re-reads about
+  ``buffer_size`` inputs or so (never more than ~0.5 % of the time), so a resume re-reads about
   ``2 * buffer_size`` inputs, not the whole pass.
 
 On resume the child is restored to ``child``, the stream is read again from ``child_pos``, and
@@ -29,7 +29,7 @@ from dataflow.state import StateMismatchError, state_done
 __all__ = ["Checkpoints", "check_progress", "child_state", "repeat_passes", "skip_delivered"]
 
 #: a checkpoint may cost at most 1/RATIO of the time between two checkpoints
-RATIO = 100
+RATIO = 200
 
 
 def child_state(ds: Any) -> dict[str, Any] | None:
@@ -86,7 +86,9 @@ class Checkpoints:
         # next __iter__ of the child start a new pass instead of finishing this one
         self.within_pass = within_pass
         self.snaps: deque[tuple[int, dict[str, Any] | None]] = deque()
-        self._not_before = 0.0
+        self._not_before = 0.0  # perf_counter() before which no checkpoint is taken
+        self._last_time = 0.0  # when the last one was taken
+        self._last_index = 0  # sched.dispatched() then
 
     def reset(self, pos: int, state: dict[str, Any] | None) -> None:
         """A new stream (or pass) whose first input is at ``pos``, the child being in ``state``."""
@@ -100,8 +102,9 @@ class Checkpoints:
         if self.snaps and self.snaps[0][1] is None:
             return 1 << 62  # the child has no state: never try again
         start = time.perf_counter()
-        if start < self._not_before:
-            return max(1, self.every // 4)
+        if start < self._not_before:  # too soon: come back when it will be time, at this rate
+            rate = (sched.dispatched() - self._last_index) / max(start - self._last_time, 1e-9)
+            return max(self.every, int(rate * (self._not_before - start)) + 1)
         pos = sched.read_position()
         state = child_state(self.ds)
         if state is None:
@@ -114,7 +117,9 @@ class Checkpoints:
         first = pending[0] if pending else read
         while len(self.snaps) > 1 and self.snaps[1][0] <= first:
             self.snaps.popleft()
-        self._not_before = time.perf_counter() + RATIO * (time.perf_counter() - start)
+        self._last_time = end = time.perf_counter()
+        self._last_index = sched.dispatched()
+        self._not_before = end + RATIO * (end - start)
         return self.every
 
     def select(

@@ -275,6 +275,7 @@ class MapScheduler:
         #: until the next call (the mappers save their child's state there)
         self.checkpoint: Callable[[MapScheduler], int] | None = None
         self._checkpoint_at = 0
+        self._nones = 0  # None results dropped since the pass (or stream) started
 
     def queue_stats(self) -> dict[str, int]:
         """``size``: finished results waiting to be yielded; ``capacity``: ``buffer_size``."""
@@ -299,6 +300,7 @@ class MapScheduler:
         """
         self._base_pending = list(pending or ())
         self._base_read = max(read, origin)
+        self._nones = 0
         self._origin = origin
         self._epoch_start = self._next_index
         self._n_stale = len(self._outstanding)
@@ -339,7 +341,8 @@ class MapScheduler:
     def _handle(self, msg: tuple) -> None:
         kind, _wid, payload = msg
         if kind == DATA:
-            for idx, out in payload:
+            for item in payload:
+                idx, out = item
                 if self._outstanding.pop(idx, None) is None:
                     continue
                 if idx < self._epoch_start:
@@ -347,7 +350,9 @@ class MapScheduler:
                 elif self.ordered:
                     self._done[idx] = _SKIP if out is None else out
                 elif out is not None:
-                    self._ready.append((idx, out))
+                    self._ready.append(item)  # the (index, result) pair
+                else:
+                    self._nones += 1
         elif kind == ERROR:
             pos = self._outstanding.get(payload.index) if payload.index is not None else None
             raise_worker_error(payload, pos)
@@ -359,10 +364,24 @@ class MapScheduler:
                 self._next_yield += 1
                 if out is not _SKIP:
                     return True, out
+                self._nones += 1
             return False, None
         if self._ready:
             return True, self._ready.popleft()[1]
         return False, None
+
+    def yielded(self) -> int:
+        """Results yielded since the pass (or stream) started, computed from the counters (the
+        hot path does not count them)."""
+        n = self._next_index - self._epoch_start
+        if self.ordered:
+            return self._next_yield - self._epoch_start - self._nones
+        undelivered = len(self._outstanding) - self._n_stale + len(self._ready)
+        return n - undelivered - self._nones
+
+    def dispatched(self) -> int:
+        """Inputs submitted so far (all passes)."""
+        return self._next_index
 
     def checkpoint_after(self, n: int) -> None:
         """Call :attr:`checkpoint` again once ``n`` more inputs were read."""

@@ -336,13 +336,17 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
         assert self._transport is not None
         return MapScheduler(self._transport, self.buffer_size, False, self.batch_size)
 
+    _counts_results = False  # a result holds zero or more batches: count the batches
+
     def _stream(self, sched: MapScheduler) -> Iterator[Any]:
         pending = self._batches  # batches received but not yet yielded survive a break
         while pending:
+            self._pos += 1
             yield pending.popleft()
         for batches in sched.run():
             pending.extend(batches)
             while pending:
+                self._pos += 1
                 yield pending.popleft()
 
     def state_dict(self) -> dict[str, Any]:
