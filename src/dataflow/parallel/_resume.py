@@ -8,8 +8,8 @@ state holds (see :meth:`~dataflow.parallel._worker.MapScheduler.progress`):
   dropped as ``None``) except the positions in ``pending`` (at most ``buffer_size``);
 * ``child_pos`` and ``child``: the child's state taken between two reads, before position
   ``child_pos`` (<= the oldest undelivered input). :class:`Checkpoints` takes such states every
-  ``buffer_size`` inputs or so (never more than ~0.5 % of the time), so a resume re-reads about
-  ``2 * buffer_size`` inputs, not the whole pass.
+  ``buffer_size`` inputs, paced so that they cost under ~0.5 % of the time; a resume re-reads
+  the inputs since the checkpoint before the oldest undelivered one, not the whole pass.
 
 On resume the child is restored to ``child``, the stream is read again from ``child_pos``, and
 :func:`skip_delivered` dispatches only the undelivered inputs: ``map_func`` never runs again on
@@ -94,6 +94,15 @@ class Checkpoints:
         """A new stream (or pass) whose first input is at ``pos``, the child being in ``state``."""
         self.snaps = deque([(pos, state)])
         self._not_before = 0.0
+
+    def start(self, pos: int, sched: Any) -> None:
+        """:meth:`reset` with the child's current state; the next checkpoint waits as long as
+        that state took to save allows."""
+        start = time.perf_counter()
+        self.reset(pos, child_state(self.ds))
+        self._last_time = end = time.perf_counter()
+        self._last_index = sched.dispatched()
+        self._not_before = end + RATIO * (end - start)
 
     def take(self, sched: Any) -> int:
         """Scheduler hook (see ``MapScheduler.checkpoint``): save the child's state before the

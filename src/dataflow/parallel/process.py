@@ -202,6 +202,10 @@ class MultiProcessRunner(RunnerBase):
     as :class:`~dataflow.errors.WorkerError`; ``reset_state()`` twice is fine; workers never
     outlive the consumer.
 
+    ``state_dict()`` saves counters only: the workers iterate independent copies of ``ds``, so
+    a restore cannot be exact; the restored epoch yields the datapoints it had left (see
+    :meth:`RunnerBase.state_dict <dataflow.parallel._base.RunnerBase.state_dict>`).
+
     Args:
         ds: the flow to copy into each worker.
         num_prefetch: capacity of the queue.

@@ -186,6 +186,8 @@ class RemoteDataZMQ(DataFlow):
     ``addr1`` (and ``addr2``), and closes them when the iteration ends. ``cnt1``/``cnt2``
     count the messages received on each address. ``format`` must match the sender's;
     ``'pickle'`` is for trusted peers only.
+
+    Not resumable beyond its counters: ``state_dict()`` saves ``cnt1``/``cnt2`` only.
     """
 
     def __init__(

@@ -70,6 +70,10 @@ class MultiThreadRunner(RunnerBase):
     Unlike tensorpack: each flow is reset once (by ``reset_state()``, with
     ``dataflow.rng`` worker id ``i`` so random flows get distinct streams), and an exception
     in a thread is raised in the consumer as :class:`~dataflow.errors.WorkerError`.
+
+    ``state_dict()`` saves counters only: the threads' flows are independent copies, so a
+    restore cannot be exact; the restored epoch yields the datapoints it had left (see
+    :meth:`RunnerBase.state_dict <dataflow.parallel._base.RunnerBase.state_dict>`).
     """
 
     def __init__(self, get_df: Callable[[], DataFlow], num_prefetch: int, num_thread: int) -> None:
@@ -210,6 +214,11 @@ class MultiThreadMapData(MapperBase):
     ``len()`` is ``len(ds)``. Unlike tensorpack, an exception in ``map_func`` is raised in the
     consumer as :class:`~dataflow.errors.WorkerError` (with the input's index) instead of
     killing the thread and hanging, and ``buffer_size`` may exceed ``len(ds)``.
+
+    Resumable (``state_dict()`` / ``load_state_dict()``): exact with ``strict=True,
+    ordered=True``; strict and unordered, the rest of the epoch holds every undelivered result
+    exactly once; ``strict=False``, the stream continues without loss or repetition. Details:
+    :meth:`MapperBase.state_dict <dataflow.parallel._base.MapperBase.state_dict>`.
     """
 
     _worker_arg = "num_thread"

@@ -261,6 +261,11 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
     ``map_func`` or a killed worker is raised in the consumer as
     :class:`~dataflow.errors.WorkerError` (with the input's index), and exit never hangs.
 
+    Resumable (``state_dict()`` / ``load_state_dict()``): exact with ``strict=True,
+    ordered=True``; strict and unordered, the rest of the epoch holds every undelivered result
+    exactly once; ``strict=False``, the stream continues without loss or repetition. Details:
+    :meth:`MapperBase.state_dict <dataflow.parallel._base.MapperBase.state_dict>`.
+
     Args:
         start_method: ``None`` (fork on Linux), ``'fork'``, ``'forkserver'`` or ``'spawn'``
             (then ``map_func`` must be picklable: no lambdas).
@@ -297,6 +302,10 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
 
     ``buffer_size`` (inputs in flight) defaults to ``10 * batch_size`` (tensorpack documented
     this default but crashed when it was omitted) and must exceed ``batch_size``.
+
+    ``state_dict()`` saves the batches received but not yet yielded and where the input stream
+    stands; not exact: the datapoints waiting in the workers' incomplete batches at the save
+    are lost on restore (fewer than ``num_proc * batch_size``), none is repeated.
     """
 
     def __init__(

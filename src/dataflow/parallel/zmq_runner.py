@@ -101,6 +101,10 @@ class MultiProcessRunnerZMQ(RunnerBase):
     (chained from the original), a killed worker is reported within seconds, ``reset_state()``
     is idempotent, exit never hangs and workers never outlive the consumer.
 
+    ``state_dict()`` saves counters only: the workers iterate independent copies of ``ds``, so
+    a restore cannot be exact; the restored epoch yields the datapoints it had left (see
+    :meth:`RunnerBase.state_dict <dataflow.parallel._base.RunnerBase.state_dict>`).
+
     Args:
         ds: the flow to copy into each worker.
         num_proc: number of worker processes.
