@@ -4,32 +4,32 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from dataflow.__main__ import main
-from dataflow.demo import build_demo_pipeline, make_images
+from dataflow.demo import DecodeAndAugment, make_jpegs
 
 
-def test_demo_command_prints_report(capsys):
+def test_demo_command_prints_report_and_profile(capsys):
     assert main(["demo", "--images", "32", "--batch-size", "8", "--batches", "3",
                  "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "TestDataSpeed report" in out
-    assert "batch            : (8, 224, 224, 3) float32, (8,) int32" in out
-    assert "timed batches    : 3 in " in out
-    assert "images/s" in out
+    assert "batch           : (8, 224, 224, 3) uint8, (8,) int32" in out
+    assert "timed batches   : 3 in " in out
+    assert "Pipeline profile" in out
+    assert "bottleneck: stage" in out
 
 
-def test_demo_pipeline_is_seeded():
-    images = make_images(16, seed=1)
-
-    def first_batch():
-        flow = build_demo_pipeline(images, batch_size=4, seed=3)
-        flow.reset_state()
-        return next(iter(flow))
-
-    a, b = first_batch(), first_batch()
-    assert np.array_equal(a[0], b[0]) and a[1].tolist() == b[1].tolist()
-    assert a[0].shape == (4, 224, 224, 3)
+def test_demo_data_is_real_jpeg_and_seeded():
+    cv2 = pytest.importorskip("cv2")
+    a, b = make_jpegs(3, seed=1), make_jpegs(3, seed=1)
+    assert [x[0] for x in a] == [x[0] for x in b]
+    assert [x[1] for x in a] == [0, 1, 2]
+    img = cv2.imdecode(np.frombuffer(a[0][0], np.uint8), cv2.IMREAD_COLOR)
+    assert img.shape == (375, 500, 3)
+    out = DecodeAndAugment()([a[0][0], 7])
+    assert out[0].shape == (224, 224, 3) and out[0].dtype == np.uint8 and out[1] == 7
 
 
 def test_python_dash_m_entry_point():

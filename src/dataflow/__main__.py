@@ -10,17 +10,14 @@ from dataflow import demo as _demo
 
 
 def _demo_cmd(args: argparse.Namespace) -> int:
-    report = _demo.run_demo(
+    report, table = _demo.run_demo(
         num_images=args.images, batch_size=args.batch_size, batches=args.batches,
-        seed=args.seed, progress=not args.no_progress,
+        seed=args.seed, progress=not args.no_progress, num_proc=args.num_proc,
+        profile_batches=5 if args.profile else 0,
     )
     print(report.format())
-    if args.profile:
-        from dataflow.profiler import profile
-
-        images = _demo.make_images(args.images, args.seed)
-        flow = _demo.build_demo_pipeline(images, args.batch_size, args.seed)
-        print(profile(flow, num=min(args.batches, 10), warmup=1).format())
+    if table:
+        print(table)
     return 0
 
 
@@ -69,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--batch-size", type=int, default=64, help="batch size (default 64)")
     demo.add_argument("--batches", type=int, default=40, help="batches to time (default 40)")
     demo.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    demo.add_argument("--num-proc", type=int, default=None,
+                      help="worker processes (default: one per core)")
     demo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     demo.add_argument("--no-profile", dest="profile", action="store_false",
                       help="skip the per-stage profile after the report")
