@@ -10,6 +10,8 @@ import time
 from collections import Counter
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflow.base import DataFlow
 from dataflow.parallel import (
@@ -397,3 +399,82 @@ def test_remote_receiver_saves_its_counters_only():
     assert (other.cnt1, other.cnt2) == (3, 4)
     with pytest.raises(StateMismatchError, match=r"expected num_addrs=1, found num_addrs=2"):
         RemoteDataZMQ("ipc:///nonexistent-a").load_state_dict(state)
+
+
+# ---- properties and edge cases ----------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(0, 14), buffer_size=st.integers(1, 5), ordered=st.booleans(),
+       drop=st.booleans(), data=st.data())
+def test_strict_resume_property(n, buffer_size, ordered, drop, data):
+    func = drop_odd if drop else jittery
+
+    def make():
+        return _thread(_src(n, seed=n), func, ordered=ordered, buffer_size=buffer_size)
+
+    results, states = _states_of_a_run(make, epochs=2)
+    k = data.draw(st.integers(0, len(results)))
+    per_epoch = len(results) // 2
+    fresh = make()
+    fresh.reset_state()
+    fresh.load_state_dict(states[k])
+    rest: list = []
+    calls = 0
+    while len(rest) < len(results) - k and calls < 3:  # the rest of the epoch, then the next
+        calls += 1
+        rest += [to_plain(dp) for dp in fresh]
+    fresh.close()
+    assert states[k]["pos"] == (k if k <= per_epoch else k - per_epoch)
+    if ordered:
+        assert rest == results[k:]
+    else:
+        assert sorted(map(repr, rest)) == sorted(map(repr, results[k:]))
+
+
+def test_non_strict_state_loaded_before_reset_state():
+    def make():
+        return _thread(_src(9), strict=False, buffer_size=2)
+
+    ref = make()
+    ref.reset_state()
+    it = iter(ref)
+    first = [next(it) for _ in range(4)]
+    state = _json(ref.state_dict())
+    rest_ref = [next(it) for _ in range(10)]
+    it.close()
+    ref.close()
+    fresh = make()
+    fresh.load_state_dict(state)  # no reset_state() yet: iterating starts the workers
+    it = iter(fresh)
+    rest = [next(it) for _ in range(10)]
+    it.close()
+    fresh.close()
+    assert len(first) == 4 and to_plain(rest) == to_plain(rest_ref)
+
+
+class NoState(DataFlow):
+    """A flow that says it cannot save its state."""
+
+    def __iter__(self):
+        yield from ([i, 0.0] for i in range(5))
+
+    def state_dict(self):
+        raise NotImplementedError("NoState has no state")
+
+    def load_state_dict(self, state):
+        raise NotImplementedError("NoState has no state")
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_child_without_state_iterates_but_cannot_save(strict):
+    m = _thread(NoState(), strict=strict, buffer_size=2)
+    m.reset_state()
+    it = iter(m)
+    got = [next(it)[0] for _ in range(5)]
+    with pytest.raises(NotImplementedError, match=r"MultiThreadMapData cannot save its "
+                                                  r"iteration state: its child NoState"):
+        m.state_dict()
+    it.close()
+    m.close()
+    assert got == [0, 10, 20, 30, 40]
