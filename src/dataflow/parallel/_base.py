@@ -128,6 +128,7 @@ class RunnerBase(EpochCounter, _Lifecycle, ProxyDataFlow):
     """
 
     _num_workers: int
+    _count: list[int] | None = None  # [_pos] while an epoch is live
 
     def __init__(self, ds: DataFlow) -> None:
         ProxyDataFlow.__init__(self, ds)
@@ -152,25 +153,31 @@ class RunnerBase(EpochCounter, _Lifecycle, ProxyDataFlow):
     def __iter__(self) -> Iterator[Any]:
         self._ensure_started()
         if self._iter_thread is not None:  # an iteration is alive: the guard raises
-            return self._run(None, 0)
+            return self._run(None, 0, [0])
         token, start = self._begin()
         n = known_length(self.ds)
-        return self._run(token, n - start if n else None)
+        self._count = count = [start]  # _pos of this epoch, counted by runner_stream
+        return self._run(token, n if n else None, count)
 
-    def _run(self, token: object | None, size: int | None) -> Iterator[Any]:
+    def _run(self, token: object | None, size: int | None, count: list[int]) -> Iterator[Any]:
         with self._iterating():
             try:
-                for dp in runner_stream(
-                    self._receive, self._num_workers, size, self._finished
-                ):
-                    self._pos += 1
-                    yield dp
+                yield from runner_stream(
+                    self._receive, self._num_workers, size, self._finished, count
+                )
             except WorkerError:
                 self._shutdown()
                 raise
             finally:
-                if token is not None:
+                if token is not None and self._token is token:
+                    self._pos = count[0]
+                    self._count = None
                     self._end(token)
+
+    def _counters(self) -> dict[str, Any]:
+        if self._count is not None:
+            self._pos = self._count[0]
+        return super()._counters()
 
     def state_dict(self) -> dict[str, Any]:
         """Counters only: ``epoch``, ``pos`` (datapoints yielded in it) and ``done``.

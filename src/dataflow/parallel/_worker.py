@@ -206,13 +206,16 @@ def runner_stream(
     num_workers: int,
     size: int | None,
     finished: set[int],
+    count: list[int] | None = None,
 ) -> Iterator[Any]:
     """One ``__iter__`` of a runner: ``size`` datapoints (or forever when ``size`` is None).
 
     Stops early once every worker ended (``finished``, updated in place, persists).
+    ``count[0]`` (if given) counts the datapoints yielded, before each is yielded.
     """
-    count = 0
-    while size is None or count < size:
+    if count is None:
+        count = [0]
+    while size is None or count[0] < size:
         if len(finished) >= num_workers:
             return
         msg = receive(POLL_INTERVAL)
@@ -220,7 +223,7 @@ def runner_stream(
             continue
         kind, wid, payload = msg
         if kind == DATA:
-            count += 1
+            count[0] += 1
             yield payload
         elif kind == ERROR:
             finished.add(wid)
