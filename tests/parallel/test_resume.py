@@ -17,11 +17,13 @@ from dataflow.base import DataFlow
 from dataflow.parallel import (
     MultiProcessMapAndBatchDataZMQ,
     MultiProcessMapDataZMQ,
+    MultiProcessRunner,
     MultiProcessRunnerZMQ,
     MultiThreadMapData,
     MultiThreadRunner,
     RemoteDataZMQ,
 )
+from dataflow.rng import get_worker_info
 from dataflow.sources import DataFromList
 from dataflow.state import StateMismatchError
 from dataflow.wrappers import BatchData, MapData
@@ -361,32 +363,80 @@ def test_map_and_batch_state_keeps_the_batches_not_yet_yielded():
         MultiProcessMapAndBatchDataZMQ(_src(40), 2, times10, 8).load_state_dict(state)
 
 
-@pytest.mark.parametrize("make", [
-    lambda n=6: MultiThreadRunner(lambda: _src(n, shuffle=False), 4, 2),
-    lambda n=6: MultiProcessRunnerZMQ(_src(n, shuffle=False), 2),
-], ids=["thread", "zmq"])
-def test_runner_state_restores_the_count_of_the_epoch(make):
+class Tag:
+    """map_func: ``[tag, value]``; the thread runner tags each copy, processes by worker id."""
+
+    def __init__(self, tag=None):
+        self.tag = tag
+
+    def __call__(self, dp):
+        if self.tag is None:
+            time.sleep(0.002)  # let every process take part
+            return [get_worker_info(), dp[0]]
+        return [self.tag, dp[0]]
+
+
+def _tagged_thread_runner(n=6):
+    tags = iter(range(100))
+    return MultiThreadRunner(lambda: MapData(_src(n, seed=next(tags)), Tag(next(tags))), 3, 2)
+
+
+RUNNERS = {
+    "thread": _tagged_thread_runner,
+    "process": lambda n=6: MultiProcessRunner(MapData(_src(n), Tag()), 3, 2),
+    "zmq": lambda n=6: MultiProcessRunnerZMQ(MapData(_src(n), Tag()), 2),
+}
+
+
+@pytest.mark.parametrize("kind", RUNNERS)
+def test_runner_resume_continues_every_worker_stream(kind):
+    make = RUNNERS[kind]
     ref = make()
     ref.reset_state()
-    it = iter(ref)
-    next(it)
-    next(it)
-    state = _json(ref.state_dict())
-    it.close()
+    seq, states = [], [_json(ref.state_dict())]
+    for _ in range(3):
+        for dp in ref:
+            seq.append(to_plain(dp))
+            states.append(_json(ref.state_dict()))
     ref.close()
-    assert state == {"type": type(ref).__name__, "size": 6, "epoch": 0, "pos": 2,
-                     "done": False}
-    fresh = make()
-    fresh.reset_state()
-    fresh.load_state_dict(state)
-    rest = list(fresh)
-    after = fresh.state_dict()
-    later = list(fresh)
-    fresh.close()
-    assert len(rest) == 4 and len(later) == 6
-    assert (after["epoch"], after["pos"], after["done"]) == (0, 6, True)
+    streams = {tag: [v for t, v in seq if t == tag] for tag, _ in seq}
+    assert len(seq) == 18 and 1 <= len(streams) <= 2
+    for k in range(0, 19, 2 if kind == "thread" else 4):
+        state = states[k]
+        assert state["num_workers"] == 2 and len(state["workers"]) == 2
+        fresh = make()
+        fresh.reset_state()
+        fresh.load_state_dict(state)
+        rest = [to_plain(dp) for dp in fresh]
+        rest += [to_plain(dp) for dp in fresh]
+        fresh.close()
+        assert len(rest) == (6 - state["pos"] if not state["done"] else 6) + 6
+        for tag, stream in streams.items():
+            done = sum(1 for t, _ in seq[:k] if t == tag)
+            got = [v for t, v in rest if t == tag]
+            m = min(len(got), len(stream) - done)
+            assert got[:m] == stream[done:done + m], f"worker {tag} after {k}"
+
+
+def test_runner_state_layout_and_mismatches():
+    r = RUNNERS["thread"]()
+    r.reset_state()
+    it = iter(r)
+    next(it)
+    state = _json(r.state_dict())
+    it.close()
+    r.close()
+    assert {k: state[k] for k in ("type", "size", "num_workers", "epoch", "pos", "done")} == {
+        "type": "MultiThreadRunner", "size": 6, "num_workers": 2, "epoch": 0, "pos": 1,
+        "done": False}
+    assert sum(w["skip"] for w in state["workers"]) <= 1
+    assert all(w["child"]["type"] == "MapData" for w in state["workers"])
     with pytest.raises(StateMismatchError, match=r"expected size=5, found size=6"):
-        make(5).load_state_dict(state)
+        RUNNERS["thread"](5).load_state_dict(state)
+    with pytest.raises(StateMismatchError, match=r"expected num_workers=3, found num_workers=2"):
+        MultiThreadRunner(lambda: _src(6), 3, 3).load_state_dict(state)
+    with pytest.raises(StateMismatchError, match=r"expected workers="):
+        RUNNERS["thread"]().load_state_dict(dict(state, workers=[{"skip": -1}] * 2))
 
 
 def test_remote_receiver_saves_its_counters_only():

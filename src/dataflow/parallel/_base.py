@@ -27,7 +27,7 @@ from dataflow.parallel._resume import (
     skip_delivered,
 )
 from dataflow.parallel._worker import MapScheduler, repeat_enumerate, runner_stream
-from dataflow.state import EpochCounter, check_state, finished
+from dataflow.state import EpochCounter, StateMismatchError, check_state, finished
 
 __all__ = ["MapperBase", "RunnerBase", "check_positive_int", "known_length"]
 
@@ -134,6 +134,11 @@ class RunnerBase(EpochCounter, _Lifecycle, ProxyDataFlow):
         ProxyDataFlow.__init__(self, ds)
         self._init_lifecycle()
         self._finished: set[int] = set()
+        self._starts: list[tuple[Any, int]] | None = None  # restored: for the next _start()
+        self._worker_starts: list[tuple[Any, int]] | None = None  # what _start() passes
+        self._delivered: list[int] = []  # datapoints yielded of each worker since it started
+        # each worker's last checkpoint: (datapoints it had sent, state of its copy, to skip)
+        self._ckpts: list[tuple[int, Any, int]] = []
 
     def reset_state(self) -> None:
         """Start the workers (each resets its own copy of ``ds``). Idempotent."""
@@ -141,8 +146,26 @@ class RunnerBase(EpochCounter, _Lifecycle, ProxyDataFlow):
             return
         self._finished = set()
         self._closed = False
+        self._worker_starts, self._starts = self._starts, None
         self._start_or_clean()
+        n = self._num_workers
+        self._delivered = [0] * n
+        starts = self._worker_starts or [(self._initial_state(i), 0) for i in range(n)]
+        self._ckpts = [(0, state, skip) for state, skip in starts]
         self._started = True
+
+    def _worker_start(self, i: int) -> tuple[Any, int] | None:
+        """``(state, skip)`` for worker ``i``'s ``runner_loop`` after a restore, else None."""
+        return None if self._worker_starts is None else self._worker_starts[i]
+
+    def _initial_state(self, i: int) -> Any:
+        """The state of worker ``i``'s copy when it started, if the consumer knows it (``None``:
+        a copy made from the untouched ``ds``, which a restore can make again)."""
+        return None
+
+    def _on_state(self, wid: int, payload: tuple[int, Any]) -> None:
+        count, state = payload
+        self._ckpts[wid] = (count, state, 0)
 
     def _receive(self, timeout: float) -> tuple | None:
         raise NotImplementedError
@@ -163,7 +186,8 @@ class RunnerBase(EpochCounter, _Lifecycle, ProxyDataFlow):
         with self._iterating():
             try:
                 yield from runner_stream(
-                    self._receive, self._num_workers, size, self._finished, count
+                    self._receive, self._num_workers, size, self._finished, count,
+                    self._delivered, self._on_state,
                 )
             except WorkerError:
                 self._shutdown()
@@ -180,19 +204,45 @@ class RunnerBase(EpochCounter, _Lifecycle, ProxyDataFlow):
         return super()._counters()
 
     def state_dict(self) -> dict[str, Any]:
-        """Counters only: ``epoch``, ``pos`` (datapoints yielded in it) and ``done``.
+        """Counters (``epoch``, ``pos``: datapoints yielded in it, ``done``) and, for each
+        worker, where its copy of ``ds`` stands: ``{"child": state, "skip": n}``, the state of
+        the copy at its last checkpoint and how many of its datapoints since were delivered.
 
-        Not exact: the workers iterate independent copies of ``ds`` whose positions the consumer
-        does not know, so no child state is saved. After :meth:`load_state_dict` the restored
-        epoch yields the ``len(ds) - pos`` datapoints it had left, taken from the workers'
-        streams as they are (running workers continue theirs, new ones start fresh epochs).
+        Each worker sends its copy's state at its start and then every 16 datapoints or so
+        (paced to cost under 0.5 % of its time). On resume (same number of workers), each worker
+        restores its copy to that state and skips the ``n`` datapoints already delivered: every
+        worker's stream continues right after its last delivered datapoint, with no loss and no
+        repetition. Not exact: the interleaving of the workers' streams differs (it is not
+        deterministic anyway), and the restored epoch yields the ``len(ds) - pos`` datapoints it
+        had left, from whichever workers send them first. A copy without ``state_dict()``
+        restarts from scratch and skips what was delivered (exact if it is deterministic).
         """
-        return {"type": type(self).__name__, "size": known_length(self.ds), **self._counters()}
+        workers = [
+            {"child": state, "skip": skip + self._delivered[w] - count}
+            for w, (count, state, skip) in enumerate(self._ckpts)
+        ] if self._ckpts else [{"child": None, "skip": 0}] * self._num_workers
+        return {"type": type(self).__name__, "size": known_length(self.ds),
+                "num_workers": self._num_workers, **self._counters(), "workers": workers}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the counters (see :meth:`state_dict` for what is not restored)."""
-        check_state(state, self, size=known_length(self.ds))
+        """Restore a state from :meth:`state_dict`: running workers are stopped, and the next
+        ``__iter__`` starts them from the saved positions of their copies."""
+        check_state(state, self, size=known_length(self.ds), num_workers=self._num_workers)
+        workers = state.get("workers")
+        if not isinstance(workers, list) or len(workers) != self._num_workers or not all(
+            isinstance(w, dict) and isinstance(w.get("skip"), int) and w["skip"] >= 0
+            and (w.get("child") is None or isinstance(w["child"], dict))
+            for w in workers
+        ):
+            raise StateMismatchError(
+                f"state for stage {type(self).__name__}: expected workers=[{{'child': state or "
+                f"None, 'skip': int >= 0}}] * {self._num_workers}, found {workers!r:.80}; the "
+                "state is corrupt or from another version."
+            )
         self._restore_counters(state)
+        if self._started:
+            self._shutdown()  # restart the workers from the saved positions
+        self._starts = [(w.get("child"), w["skip"]) for w in workers]
 
 
 class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):

@@ -178,13 +178,15 @@ class ProcessPool:
         return receive
 
 
-def _mp_runner_main(ds: DataFlow, q: Any, worker_id: int, parent: tuple[int, bool]) -> None:
+def _mp_runner_main(
+    ds: DataFlow, q: Any, worker_id: int, parent: tuple[int, bool], start: Any = None
+) -> None:
     _lifecycle.worker_bootstrap(worker_id, parent)
 
     def emit(msg: tuple) -> None:
         q.put(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
-    runner_loop(ds, emit, worker_id, "MultiProcessRunner")
+    runner_loop(ds, emit, worker_id, "MultiProcessRunner", start=start, checkpoints=True)
     q.close()
     q.join_thread()  # flush the last message (END / ERROR) before exiting
 
@@ -236,7 +238,8 @@ class MultiProcessRunner(RunnerBase):
         parent = _lifecycle.parent_info()
         self._pool = ProcessPool(
             _mp_runner_main,
-            [(self.ds, self._queue, i, parent) for i in range(self.num_proc)],
+            [(self.ds, self._queue, i, parent, self._worker_start(i))
+             for i in range(self.num_proc)],
             start_method=self.start_method,
             name=type(self).__name__,
             picklable=("ds", self.ds),

@@ -16,6 +16,7 @@ from dataflow import rng as _rng
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated, WorkerError
 from dataflow.parallel._base import MapperBase, RunnerBase, check_positive_int
+from dataflow.parallel._resume import child_state
 from dataflow.parallel._worker import MapScheduler, WorkerStopped, map_loop, runner_loop
 
 __all__ = ["MultiThreadMapData", "MultiThreadPrefetchData", "MultiThreadRunner"]
@@ -88,6 +89,7 @@ class MultiThreadRunner(RunnerBase):
         super().__init__(self.dfs[0])
         self._group: _ThreadGroup | None = None
         self._queue: queue.Queue | None = None
+        self._initial_states: list[Any] = [None] * self.num_thread
 
     def _start(self) -> None:
         with _reset_lock:  # the worker id is process-global: reset the flows one at a time
@@ -98,6 +100,8 @@ class MultiThreadRunner(RunnerBase):
                     df.reset_state()
             finally:
                 _rng.set_worker_info(saved)
+        # the flows are reused across restarts: a restore needs their states from now
+        self._initial_states = [child_state(df) for df in self.dfs]
         self._queue = q = queue.Queue(self.num_prefetch)
         stop = threading.Event()
 
@@ -115,7 +119,8 @@ class MultiThreadRunner(RunnerBase):
         self._group = _ThreadGroup(
             name,
             [
-                functools.partial(runner_loop, df, emit, i, name, reset=False)
+                functools.partial(runner_loop, df, emit, i, name, reset=False,
+                                  start=self._worker_start(i), checkpoints=True)
                 for i, df in enumerate(self.dfs)
             ],
             stop,
@@ -134,6 +139,9 @@ class MultiThreadRunner(RunnerBase):
 
         self._receive = receive  # type: ignore[method-assign]
         group.start()
+
+    def _initial_state(self, i: int) -> Any:
+        return self._initial_states[i]
 
     def queue_stats(self) -> dict[str, int] | None:
         """Datapoints waiting in the queue (``size``) out of ``num_prefetch`` (``capacity``),

@@ -62,6 +62,7 @@ def _zmq_runner_main(
     hwm: int,
     shm_prefix: str | None,
     ring: Ring | None,
+    start: Any = None,
 ) -> None:
     _lifecycle.worker_bootstrap(worker_id, parent)
     zmq, ctx = zmq_context()
@@ -76,7 +77,8 @@ def _zmq_runner_main(
         send_frames(sock, codec.encode(msg))
 
     try:
-        runner_loop(ds, emit, worker_id, "MultiProcessRunnerZMQ")
+        runner_loop(ds, emit, worker_id, "MultiProcessRunnerZMQ", start=start,
+                    checkpoints=True)
     finally:
         sock.close(linger=FINAL_LINGER_MS)
         ctx.term()
@@ -150,7 +152,7 @@ class MultiProcessRunnerZMQ(RunnerBase):
             _zmq_runner_main,
             [
                 (self.ds, endpoint.address, i, parent, self.hwm, shm_prefix,
-                 rings[i] if rings else None)
+                 rings[i] if rings else None, self._worker_start(i))
                 for i in range(self.num_proc)
             ],
             start_method=self.start_method,
