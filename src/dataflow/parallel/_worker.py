@@ -163,16 +163,21 @@ def runner_loop(
         pacer = _StatePacer(ds, emit, worker_id) if checkpoints else None
         if pacer is not None and start is None:
             pacer.send(0)
-        count = 0
+        step = _StatePacer.EVERY if pacer is not None else 1 << 62
+        count = 0  # datapoints sent
         while True:
+            itr = iter(ds)
             n = 0
-            for dp in ds:
-                n += 1
-                if skip:
-                    skip -= 1
-                    continue
-                emit((DATA, worker_id, dp))
-                count += 1
+            if skip:  # already delivered before the restore
+                n = sum(1 for _ in itertools.islice(itr, skip))
+                skip -= n
+            k = step
+            while k == step:  # chunks of `step` datapoints; the state is saved between them
+                k = 0
+                for k, dp in enumerate(itertools.islice(itr, step), 1):  # noqa: B007
+                    emit((DATA, worker_id, dp))
+                n += k
+                count += k
                 if pacer is not None and count >= pacer.next_at:
                     pacer.maybe_send(count)
             if n == 0 and not first_may_be_empty:
