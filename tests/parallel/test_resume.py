@@ -528,3 +528,35 @@ def test_child_without_state_iterates_but_cannot_save(strict):
     it.close()
     m.close()
     assert got == [0, 10, 20, 30, 40]
+
+
+def test_thread_runner_state_from_before_the_start_restarts_the_streams():
+    ref = RUNNERS["thread"]()
+    state = _json(ref.state_dict())  # not started: nothing delivered
+    assert state["workers"] == [{"child": None, "skip": 0}] * 2
+    ref.reset_state()
+    want = sorted(map(repr, (to_plain(dp) for dp in ref)))
+    ref.close()
+    fresh = RUNNERS["thread"]()
+    fresh.reset_state()
+    it = iter(fresh)
+    [next(it) for _ in range(4)]  # the threads' flows move on
+    it.close()
+    fresh.load_state_dict(state)
+    got = [to_plain(dp) for dp in fresh]
+    fresh.close()
+    # each worker's stream starts again from the beginning
+    by_tag = {}
+    for tag, v in got:
+        by_tag.setdefault(tag, []).append(v)
+    ref2 = RUNNERS["thread"]()
+    ref2.reset_state()
+    streams = {}
+    for _ in range(4):
+        for dp in ref2:
+            tag, v = to_plain(dp)
+            streams.setdefault(tag, []).append(v)
+    ref2.close()
+    assert len(got) == 6 and len(want) == 6
+    for tag, vs in by_tag.items():
+        assert vs == streams[tag][:len(vs)]

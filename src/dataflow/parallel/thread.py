@@ -90,6 +90,7 @@ class MultiThreadRunner(RunnerBase):
         self._group: _ThreadGroup | None = None
         self._queue: queue.Queue | None = None
         self._initial_states: list[Any] = [None] * self.num_thread
+        self._pristine: list[Any] | None = None  # the flows' states after their first reset
 
     def _start(self) -> None:
         with _reset_lock:  # the worker id is process-global: reset the flows one at a time
@@ -100,8 +101,16 @@ class MultiThreadRunner(RunnerBase):
                     df.reset_state()
             finally:
                 _rng.set_worker_info(saved)
-        # the flows are reused across restarts: a restore needs their states from now
+        # the flows are reused across restarts: a restore needs their states from now, and a
+        # restored worker saved before it sent any state starts from the first ones
         self._initial_states = [child_state(df) for df in self.dfs]
+        if self._pristine is None:
+            self._pristine = self._initial_states
+        if self._worker_starts is not None:
+            self._worker_starts = [
+                (self._pristine[i] if state is None else state, skip)
+                for i, (state, skip) in enumerate(self._worker_starts)
+            ]
         self._queue = q = queue.Queue(self.num_prefetch)
         stop = threading.Event()
 
