@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflow.errors import WorkerError
+from dataflow.parallel._runner import runner_loop, runner_stream
 from dataflow.parallel._worker import (
     DATA,
     END,
@@ -20,8 +21,6 @@ from dataflow.parallel._worker import (
     map_loop,
     raise_worker_error,
     repeat_enumerate,
-    runner_loop,
-    runner_stream,
 )
 from tests.parallel.flows import Range
 

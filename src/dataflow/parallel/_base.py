@@ -26,7 +26,8 @@ from dataflow.parallel._resume import (
     repeat_passes,
     skip_delivered,
 )
-from dataflow.parallel._worker import MapScheduler, repeat_enumerate, runner_stream
+from dataflow.parallel._runner import runner_stream
+from dataflow.parallel._worker import MapScheduler, repeat_enumerate
 from dataflow.state import EpochCounter, StateMismatchError, check_state, finished
 
 __all__ = ["MapperBase", "RunnerBase", "check_positive_int", "known_length"]

@@ -22,7 +22,8 @@ from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated, WorkerError
 from dataflow.parallel import _lifecycle
 from dataflow.parallel._base import RunnerBase, check_positive_int
-from dataflow.parallel._worker import END, ERROR, runner_loop
+from dataflow.parallel._runner import runner_loop
+from dataflow.parallel._worker import END, ERROR
 
 __all__ = ["MultiProcessPrefetchData", "MultiProcessRunner", "PrefetchData", "ProcessPool"]
 

@@ -17,7 +17,8 @@ from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated, WorkerError
 from dataflow.parallel._base import MapperBase, RunnerBase, check_positive_int
 from dataflow.parallel._resume import child_state
-from dataflow.parallel._worker import MapScheduler, WorkerStopped, map_loop, runner_loop
+from dataflow.parallel._runner import runner_loop
+from dataflow.parallel._worker import MapScheduler, WorkerStopped, map_loop
 
 __all__ = ["MultiThreadMapData", "MultiThreadPrefetchData", "MultiThreadRunner"]
 

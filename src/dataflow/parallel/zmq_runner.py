@@ -8,6 +8,7 @@ from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated
 from dataflow.parallel import _lifecycle
 from dataflow.parallel._base import RunnerBase, check_positive_int
+from dataflow.parallel._runner import runner_loop
 from dataflow.parallel._transport import (
     Endpoint,
     FrameCodec,
@@ -16,7 +17,6 @@ from dataflow.parallel._transport import (
     recv_frames,
     send_frames,
 )
-from dataflow.parallel._worker import runner_loop
 from dataflow.parallel.process import ProcessPool
 from dataflow.parallel.shared_memory import (
     Ring,
