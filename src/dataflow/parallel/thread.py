@@ -15,7 +15,8 @@ from typing import Any
 from dataflow import rng as _rng
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated, WorkerError
-from dataflow.parallel._base import MapperBase, RunnerBase, check_positive_int
+from dataflow.parallel._base import RunnerBase, check_positive_int
+from dataflow.parallel._mapper import MapperBase
 from dataflow.parallel._resume import child_state
 from dataflow.parallel._runner import runner_loop
 from dataflow.parallel._worker import MapScheduler, WorkerStopped, map_loop
@@ -236,7 +237,7 @@ class MultiThreadMapData(MapperBase):
     Resumable (``state_dict()`` / ``load_state_dict()``): exact with ``strict=True,
     ordered=True``; strict and unordered, the rest of the epoch holds every undelivered result
     exactly once; ``strict=False``, the stream continues without loss or repetition. Details:
-    :meth:`MapperBase.state_dict <dataflow.parallel._base.MapperBase.state_dict>`.
+    :meth:`MapperBase.state_dict <dataflow.parallel._mapper.MapperBase.state_dict>`.
     """
 
     _worker_arg = "num_thread"

@@ -16,7 +16,8 @@ from typing import Any
 
 from dataflow.base import DataFlow
 from dataflow.parallel import _lifecycle
-from dataflow.parallel._base import MapperBase, check_positive_int
+from dataflow.parallel._base import check_positive_int
+from dataflow.parallel._mapper import MapperBase
 from dataflow.parallel._transport import (
     PLAIN_DECODER,
     Endpoint,
@@ -264,7 +265,7 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
     Resumable (``state_dict()`` / ``load_state_dict()``): exact with ``strict=True,
     ordered=True``; strict and unordered, the rest of the epoch holds every undelivered result
     exactly once; ``strict=False``, the stream continues without loss or repetition. Details:
-    :meth:`MapperBase.state_dict <dataflow.parallel._base.MapperBase.state_dict>`.
+    :meth:`MapperBase.state_dict <dataflow.parallel._mapper.MapperBase.state_dict>`.
 
     Args:
         start_method: ``None`` (fork on Linux), ``'fork'``, ``'forkserver'`` or ``'spawn'``
