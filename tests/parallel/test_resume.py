@@ -1,5 +1,6 @@
-"""Resumable iteration of the parallel stages (issue 9): exact for strict mappers, documented
-counters for the rest."""
+"""Resumable iteration of the parallel mappers (issue 9): exact for ordered ones (strict or not),
+no loss and no repetition for unordered ones; counters only for ``RemoteDataZMQ``. The runners'
+resume is tested in ``test_runner.py``."""
 
 from __future__ import annotations
 
@@ -17,13 +18,9 @@ from dataflow.base import DataFlow
 from dataflow.parallel import (
     MultiProcessMapAndBatchDataZMQ,
     MultiProcessMapDataZMQ,
-    MultiProcessRunner,
-    MultiProcessRunnerZMQ,
     MultiThreadMapData,
-    MultiThreadRunner,
     RemoteDataZMQ,
 )
-from dataflow.rng import get_worker_info
 from dataflow.sources import DataFromList
 from dataflow.state import StateMismatchError
 from dataflow.wrappers import BatchData, MapData
@@ -363,82 +360,6 @@ def test_map_and_batch_state_keeps_the_batches_not_yet_yielded():
         MultiProcessMapAndBatchDataZMQ(_src(40), 2, times10, 8).load_state_dict(state)
 
 
-class Tag:
-    """map_func: ``[tag, value]``; the thread runner tags each copy, processes by worker id."""
-
-    def __init__(self, tag=None):
-        self.tag = tag
-
-    def __call__(self, dp):
-        if self.tag is None:
-            time.sleep(0.002)  # let every process take part
-            return [get_worker_info(), dp[0]]
-        return [self.tag, dp[0]]
-
-
-def _tagged_thread_runner(n=6):
-    tags = iter(range(100))
-    return MultiThreadRunner(lambda: MapData(_src(n, seed=next(tags)), Tag(next(tags))), 3, 2)
-
-
-RUNNERS = {
-    "thread": _tagged_thread_runner,
-    "process": lambda n=6: MultiProcessRunner(MapData(_src(n), Tag()), 3, 2),
-    "zmq": lambda n=6: MultiProcessRunnerZMQ(MapData(_src(n), Tag()), 2),
-}
-
-
-@pytest.mark.parametrize("kind", RUNNERS)
-def test_runner_resume_continues_every_worker_stream(kind):
-    make = RUNNERS[kind]
-    ref = make()
-    ref.reset_state()
-    seq, states = [], [_json(ref.state_dict())]
-    for _ in range(3):
-        for dp in ref:
-            seq.append(to_plain(dp))
-            states.append(_json(ref.state_dict()))
-    ref.close()
-    streams = {tag: [v for t, v in seq if t == tag] for tag, _ in seq}
-    assert len(seq) == 18 and 1 <= len(streams) <= 2
-    for k in range(0, 19, 2 if kind == "thread" else 4):
-        state = states[k]
-        assert state["num_workers"] == 2 and len(state["workers"]) == 2
-        fresh = make()
-        fresh.reset_state()
-        fresh.load_state_dict(state)
-        rest = [to_plain(dp) for dp in fresh]
-        rest += [to_plain(dp) for dp in fresh]
-        fresh.close()
-        assert len(rest) == (6 - state["pos"] if not state["done"] else 6) + 6
-        for tag, stream in streams.items():
-            done = sum(1 for t, _ in seq[:k] if t == tag)
-            got = [v for t, v in rest if t == tag]
-            m = min(len(got), len(stream) - done)
-            assert got[:m] == stream[done:done + m], f"worker {tag} after {k}"
-
-
-def test_runner_state_layout_and_mismatches():
-    r = RUNNERS["thread"]()
-    r.reset_state()
-    it = iter(r)
-    next(it)
-    state = _json(r.state_dict())
-    it.close()
-    r.close()
-    assert {k: state[k] for k in ("type", "size", "num_workers", "epoch", "pos", "done")} == {
-        "type": "MultiThreadRunner", "size": 6, "num_workers": 2, "epoch": 0, "pos": 1,
-        "done": False}
-    assert sum(w["skip"] for w in state["workers"]) <= 1
-    assert all(w["child"]["type"] == "MapData" for w in state["workers"])
-    with pytest.raises(StateMismatchError, match=r"expected size=5, found size=6"):
-        RUNNERS["thread"](5).load_state_dict(state)
-    with pytest.raises(StateMismatchError, match=r"expected num_workers=3, found num_workers=2"):
-        MultiThreadRunner(lambda: _src(6), 3, 3).load_state_dict(state)
-    with pytest.raises(StateMismatchError, match=r"expected workers="):
-        RUNNERS["thread"]().load_state_dict(dict(state, workers=[{"skip": -1}] * 2))
-
-
 def test_remote_receiver_saves_its_counters_only():
     r = RemoteDataZMQ("ipc:///nonexistent-a", "ipc:///nonexistent-b")
     r.cnt1, r.cnt2 = 3, 4
@@ -528,35 +449,3 @@ def test_child_without_state_iterates_but_cannot_save(strict):
     it.close()
     m.close()
     assert got == [0, 10, 20, 30, 40]
-
-
-def test_thread_runner_state_from_before_the_start_restarts_the_streams():
-    ref = RUNNERS["thread"]()
-    state = _json(ref.state_dict())  # not started: nothing delivered
-    assert state["workers"] == [{"child": None, "skip": 0}] * 2
-    ref.reset_state()
-    want = sorted(map(repr, (to_plain(dp) for dp in ref)))
-    ref.close()
-    fresh = RUNNERS["thread"]()
-    fresh.reset_state()
-    it = iter(fresh)
-    [next(it) for _ in range(4)]  # the threads' flows move on
-    it.close()
-    fresh.load_state_dict(state)
-    got = [to_plain(dp) for dp in fresh]
-    fresh.close()
-    # each worker's stream starts again from the beginning
-    by_tag = {}
-    for tag, v in got:
-        by_tag.setdefault(tag, []).append(v)
-    ref2 = RUNNERS["thread"]()
-    ref2.reset_state()
-    streams = {}
-    for _ in range(4):
-        for dp in ref2:
-            tag, v = to_plain(dp)
-            streams.setdefault(tag, []).append(v)
-    ref2.close()
-    assert len(got) == 6 and len(want) == 6
-    for tag, vs in by_tag.items():
-        assert vs == streams[tag][:len(vs)]
