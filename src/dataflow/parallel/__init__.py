@@ -3,6 +3,12 @@
 One engine (:mod:`dataflow.parallel._worker`) with three back ends: threads, ``multiprocessing``
 queues and ZeroMQ. Worker errors are raised in the consumer as
 :class:`~dataflow.errors.WorkerError`; nothing hangs, nothing is lost, no process is left behind.
+
+Every runner and mapper can save and restore where its iteration stands (``state_dict()`` /
+``load_state_dict()``, JSON-serializable): ordered mappers resume exactly, unordered ones
+deliver every input not yet delivered exactly once, runners continue each worker's stream right
+after its last delivered datapoint; ``RemoteDataZMQ`` saves its counters only. Each class's
+``state_dict()`` docstring says what is exact.
 """
 
 from dataflow.parallel.process import MultiProcessPrefetchData, MultiProcessRunner, PrefetchData
