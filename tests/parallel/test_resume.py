@@ -23,7 +23,7 @@ from dataflow.parallel import (
 )
 from dataflow.sources import DataFromList
 from dataflow.state import StateMismatchError
-from dataflow.wrappers import BatchData, MapData
+from dataflow.wrappers import BatchData, LocallyShuffleData, MapData, RepeatedData
 from tests.helpers import check_resume, to_plain
 
 
@@ -449,3 +449,18 @@ def test_child_without_state_iterates_but_cannot_save(strict):
     it.close()
     m.close()
     assert got == [0, 10, 20, 30, 40]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: RepeatedData(_thread(_src(5), jittery, buffer_size=2), 2),
+    lambda: _thread(LocallyShuffleData(_src(6), 3, seed=1), jittery, buffer_size=2),
+    lambda: _thread(BatchData(_src(9), 2, remainder=True), lambda b: [b[0].sum(), len(b[0])],
+                    buffer_size=3),
+], ids=["repeated", "local-shuffle-child", "over-batches"])
+def test_more_compositions_resume_exactly(make):
+    check_resume(make, epochs=2)
+
+
+def test_non_strict_over_a_buffering_child_resumes_exactly():
+    check_resume(lambda: _thread(LocallyShuffleData(_src(5), 4, seed=2), jittery,
+                                 strict=False, buffer_size=2), epochs=3, limit=4)
