@@ -23,7 +23,13 @@ from dataflow.parallel import (
 )
 from dataflow.sources import DataFromList
 from dataflow.state import StateMismatchError
-from dataflow.wrappers import BatchData, LocallyShuffleData, MapData, RepeatedData
+from dataflow.wrappers import (
+    BatchData,
+    FixedSizeData,
+    LocallyShuffleData,
+    MapData,
+    RepeatedData,
+)
 from tests.helpers import check_resume, to_plain
 
 
@@ -464,3 +470,30 @@ def test_more_compositions_resume_exactly(make):
 def test_non_strict_over_a_buffering_child_resumes_exactly():
     check_resume(lambda: _thread(LocallyShuffleData(_src(5), 4, seed=2), jittery,
                                  strict=False, buffer_size=2), epochs=3, limit=4)
+
+
+def test_child_that_continues_its_own_child_across_epochs():
+    # FixedSizeData(keep_state=True) continues the list's epoch in the mapper's next epoch: the
+    # state saved at the end of an epoch must not end the list's epoch too
+    check_resume(lambda: _thread(FixedSizeData(_src(5), 3), jittery, buffer_size=2), epochs=4)
+
+
+def test_state_saved_between_epochs():
+    def make():
+        return _thread(FixedSizeData(_src(5), 3), jittery, buffer_size=2)
+
+    ref = make()
+    ref.reset_state()
+    states, epochs = [], []
+    for _ in range(4):
+        epochs.append([to_plain(dp) for dp in ref])
+        states.append(_json(ref.state_dict()))
+    ref.close()
+    assert states[0]["done"] is True and all(len(e) == 3 for e in epochs)
+    for i in range(3):
+        fresh = make()
+        fresh.reset_state()
+        fresh.load_state_dict(states[i])
+        got = [[to_plain(dp) for dp in fresh] for _ in range(3 - i)]
+        fresh.close()
+        assert got == epochs[i + 1:], f"after epoch {i}"

@@ -13,11 +13,12 @@ from dataflow.parallel._resume import (
     Checkpoints,
     check_progress,
     child_state,
+    epoch_over,
     repeat_passes,
     skip_delivered,
 )
 from dataflow.parallel._worker import MapScheduler, repeat_enumerate
-from dataflow.state import EpochCounter, check_state, finished
+from dataflow.state import EpochCounter, check_state
 
 __all__ = ["MapperBase"]
 
@@ -153,7 +154,7 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
                     sched.set_source(repeat_enumerate(self.ds))  # starts a new one
                     state = child_state(self.ds)
                     self._checkpoints.reset(sched.read_position(),
-                                            None if state is None else finished(state))
+                                            None if state is None else epoch_over(state))
                 raise
             finally:
                 if token is not None and self._token is token:
@@ -204,7 +205,7 @@ class MapperBase(EpochCounter, _Lifecycle, ProxyDataFlow):
         elif sched is None or (self.strict and self._done):
             cpos, read, pending, child = 0, 0, [], child_state(self.ds)
             if self.strict and child is not None:
-                child = finished(child)  # the next __iter__ starts a new pass
+                child = epoch_over(child)  # the next __iter__ starts a new pass
         else:
             cpos, child, read, pending = self._checkpoints.select(*sched.progress())
         if child is None:

@@ -26,7 +26,14 @@ from typing import Any
 
 from dataflow.state import StateMismatchError, state_done
 
-__all__ = ["Checkpoints", "check_progress", "child_state", "repeat_passes", "skip_delivered"]
+__all__ = [
+    "Checkpoints",
+    "check_progress",
+    "child_state",
+    "epoch_over",
+    "repeat_passes",
+    "skip_delivered",
+]
 
 #: a checkpoint may cost at most 1/RATIO of the time between two checkpoints
 RATIO = 200
@@ -38,6 +45,17 @@ def child_state(ds: Any) -> dict[str, Any] | None:
         return ds.state_dict()
     except NotImplementedError:
         return None
+
+
+def epoch_over(state: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a child's ``state`` whose epoch in progress is over, so that its next
+    ``__iter__`` starts a new one: ``done`` is set on the first stage down the ``"child"`` chain
+    that has counters (stages without counters answer for their child). Unlike
+    :func:`dataflow.state.finished`, the stages below keep their states: a child that
+    continues its own child across epochs (``FixedSizeData(keep_state=True)``) still does."""
+    if "done" in state or not isinstance(state.get("child"), dict):
+        return {**state, "done": True} if "done" in state else state
+    return {**state, "child": epoch_over(state["child"])}
 
 
 def skip_delivered(
