@@ -8,6 +8,8 @@ import time
 import pytest
 
 from dataflow.parallel import MultiProcessRunner, MultiProcessRunnerZMQ, MultiThreadRunner
+from dataflow.parallel._runner import runner_loop
+from dataflow.parallel._worker import DATA, END, STATE, WorkerStopped
 from dataflow.rng import get_worker_info
 from dataflow.sources import DataFromList
 from dataflow.state import StateMismatchError
@@ -129,3 +131,31 @@ def test_thread_runner_state_from_before_the_start_restarts_the_streams():
     assert len(got) == 6 and len(want) == 6
     for tag, vs in by_tag.items():
         assert vs == streams[tag][:len(vs)]
+
+
+def _run_loop(ds, n_data, **kw):
+    """The messages of runner_loop until it has sent ``n_data`` datapoints."""
+    sent = []
+
+    def emit(msg):
+        if msg[0] == DATA and sum(m[0] == DATA for m in sent) >= n_data:
+            raise WorkerStopped
+        sent.append(msg)
+
+    runner_loop(ds, emit, 0, "S", **kw)
+    return sent
+
+
+def test_runner_loop_sends_its_copy_state_first_and_resumes_with_skip():
+    ds = DataFromList([[i] for i in range(3)], shuffle=False)
+    sent = _run_loop(ds, 4, checkpoints=True)
+    assert sent[0] == (STATE, 0, (0, {"type": "DataFromList", "size": 3, "epoch": -1, "pos": 0,
+                                      "done": True}))
+    assert [m[2] for m in sent if m[0] == DATA] == [[0], [1], [2], [0]]
+    # restored at the end of an epoch (its rest is empty) with 4 datapoints to skip: the
+    # stream continues with the 5th datapoint after that state, across epochs
+    state = {"type": "DataFromList", "size": 3, "epoch": 0, "pos": 3, "done": False}
+    sent = _run_loop(DataFromList([[i] for i in range(3)], shuffle=False), 3,
+                     start=(state, 4), checkpoints=True)
+    assert [m[2] for m in sent if m[0] == DATA] == [[1], [2], [0]]
+    assert not [m for m in sent if m[0] == END]
