@@ -185,3 +185,19 @@ def test_closing_an_iterator_ends_its_epoch():
     b.reset_state()
     b.load_state_dict(state)
     assert [x[0].tolist() for x in b] == [x[0].tolist() for x in a] == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_restore_between_epochs_keeps_a_nested_keep_state_child_going():
+    def make():
+        return df.ConcatData([df.FixedSizeData(_lst(5), 3)])
+
+    ref = make()
+    ref.reset_state()
+    list(ref)
+    state = json.loads(json.dumps(ref.state_dict()))
+    want = [dp[0] for dp in ref]
+    fresh = make()
+    fresh.reset_state()
+    fresh.load_state_dict(state)
+    assert [dp[0] for dp in fresh] == want == [3, 4, 0]
+    check_resume(make, epochs=4)

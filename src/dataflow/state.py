@@ -109,16 +109,20 @@ def state_done(state: dict[str, Any]) -> bool:
 
 
 def finished(state: Any) -> Any:
-    """A copy of ``state`` in which every stage's epoch is over: loading it makes the next
-    ``__iter__`` start new epochs. Used for children that a parent abandoned mid-epoch."""
-    if isinstance(state, dict):
-        out = {k: finished(v) if k in ("child", "children") else v for k, v in state.items()}
-        if "done" in out:
-            out["done"] = True
-        return out
+    """A copy of ``state`` whose epoch is over: loading it makes the next ``__iter__`` start a
+    new epoch. Used for children that a parent abandoned mid-epoch.
+
+    Only the outermost stages with counters are marked (a stage without counters of its own
+    answers for its child): each of them decides on load what an epoch's end means for its own
+    children (``FixedSizeData(keep_state=True)``, for one, keeps its child's epoch going).
+    """
     if isinstance(state, list):
         return [finished(s) for s in state]
-    return state
+    if not isinstance(state, dict):
+        return state
+    if "done" in state:
+        return {**state, "done": True}
+    return {k: finished(v) if k in ("child", "children") else v for k, v in state.items()}
 
 
 def rng_state(rng: Any) -> dict[str, Any]:
