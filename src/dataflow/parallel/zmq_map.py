@@ -58,13 +58,19 @@ class _Batcher:
         self.acc: list[Any] = []
 
     def __call__(self, results: list) -> list:
-        self.acc.extend(out for _, out in results if out is not None)
+        # An input is answered when the batch holding its result is sent (a dropped, None
+        # result at once), so the consumer's bookkeeping counts the inputs waiting in an
+        # incomplete batch as in flight: a saved state re-dispatches them, none is lost.
+        out = [(idx, None) for idx, res in results if res is None]
+        self.acc.extend((idx, res) for idx, res in results if res is not None)
         batches = []
-        while len(self.acc) >= self.batch_size:
-            batches.append(self.aggregate(self.acc[: self.batch_size]))
-            del self.acc[: self.batch_size]
-        out = [(idx, None) for idx, _ in results]
-        if batches and out:
+        bs = self.batch_size
+        while len(self.acc) >= bs:
+            chunk = self.acc[:bs]
+            del self.acc[:bs]
+            batches.append(self.aggregate([res for _, res in chunk]))
+            out.extend((idx, None) for idx, _ in chunk)
+        if batches:
             out[-1] = (out[-1][0], batches)
         return out
 
@@ -302,11 +308,12 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
     ``len()``. Same as ``BatchData(MapData(ds, map_func), batch_size)`` up to order.
 
     ``buffer_size`` (inputs in flight) defaults to ``10 * batch_size`` (tensorpack documented
-    this default but crashed when it was omitted) and must exceed ``batch_size``.
+    this default but crashed when it was omitted), at least ``(num_proc + 1) * batch_size``.
 
     ``state_dict()`` saves the batches received but not yet yielded and where the input stream
-    stands; not exact: the datapoints waiting in the workers' incomplete batches at the save
-    are lost on restore (fewer than ``num_proc * batch_size``), none is repeated.
+    stands. After a restore every input not yet delivered in a batch comes exactly once (the
+    inputs waiting in the workers' incomplete batches at the save are mapped again); the
+    batches are composed differently, so it is not exact.
     """
 
     def __init__(
@@ -321,13 +328,22 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
         use_shm: bool = True,
     ) -> None:
         batch_size = check_positive_int(batch_size, "batch_size", 32)
+        num_proc = check_positive_int(num_proc, "num_proc", 2)
+        # each worker may hold batch_size - 1 inputs of an incomplete batch unanswered
+        minimum = (num_proc + 1) * batch_size
         if buffer_size is None:
-            buffer_size = 10 * batch_size
+            buffer_size = max(10 * batch_size, minimum)
         check_positive_int(buffer_size, "buffer_size", 10 * batch_size)
         if buffer_size <= batch_size:
             raise ValueError(
                 f"`buffer_size` must be larger than `batch_size` ({batch_size}), got "
                 f"{buffer_size}; pass e.g. buffer_size={10 * batch_size} or leave it None."
+            )
+        if buffer_size < minimum:
+            raise ValueError(
+                f"`buffer_size` must be at least (num_proc + 1) * batch_size = {minimum} (each "
+                "worker holds the inputs of its incomplete batch), got "
+                f"{buffer_size}; raise it or leave it None."
             )
         super().__init__(ds, num_proc, map_func, buffer_size, False, False)
         self.batch_size = self._batch_size = batch_size
@@ -362,9 +378,9 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
     def state_dict(self) -> dict[str, Any]:
         """Counters, the child's state and the batches received but not yet yielded.
 
-        Not exact (an endless stream): the inputs in flight at the save and the incomplete
-        batches inside the workers are skipped; nothing is repeated. See
-        :meth:`MapperBase.state_dict`."""
+        No loss, no repeat: the inputs in flight at the save, those in the workers' incomplete
+        batches included, are dispatched again on restore; not exact (batches are composed
+        anew). See :meth:`MapperBase.state_dict`."""
         state = super().state_dict()
         state["batch_size"] = self.batch_size
         state["batches"] = encode_items(list(self._batches))
