@@ -120,3 +120,8 @@ def test_mixed_numbers_and_strings_refused():
         stack_component([1, "a"])
     assert stack_component([True, 2]).dtype == np.int32
     assert stack_component([1, 2.5, True]).tolist() == [1.0, 2.5, 1.0]
+
+
+def test_datapoints_with_fewer_components_are_refused():
+    with pytest.raises(ValueError, match=r"same number of components, got \[1, 2\]"):
+        df.BatchData.aggregate_batch([[1, 2], [3]])

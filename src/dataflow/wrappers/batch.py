@@ -91,15 +91,16 @@ def stack_component(values: Sequence[Any], key: Any = 0) -> np.ndarray:
 def _aggregate(holder: list[Any], use_list: bool) -> Any:
     first = holder[0]
     if isinstance(first, list | tuple):
-        columns = list(zip(*holder))
-        if len(columns) != len(first):
+        if use_list:
+            out = [list(c) for c in zip(*holder)]
+        else:
+            out = [stack_component(c, k) for k, c in enumerate(zip(*holder))]
+        if len(out) != len(first):  # zip stops at the shortest datapoint
             lens = sorted({len(dp) for dp in holder})
             raise ValueError(
                 f"BatchData needs datapoints with the same number of components, got {lens}."
             )
-        if use_list:
-            return [list(c) for c in columns]
-        return [stack_component(c, k) for k, c in enumerate(columns)]
+        return out
     if isinstance(first, dict):
         if use_list:
             return {k: [dp[k] for dp in holder] for k in first}
