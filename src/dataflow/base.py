@@ -31,7 +31,7 @@ import numpy as np
 
 from dataflow import rng as _rng
 from dataflow.errors import DataFlowReentrantError, DataFlowTerminated, UnknownLengthError
-from dataflow.state import StateMismatchError, check_state, epoch_state
+from dataflow.state import EpochCounter, StateMismatchError, check_state, replay_run
 
 __all__ = [
     "DataFlow",
@@ -95,6 +95,12 @@ class DataFlowMeta(ABCMeta):
         return super().__new__(mcls, name, bases, namespace, **kwargs)
 
 
+class _ReplayState(EpochCounter):
+    """The counters of a user-defined flow, and its child's state at the start of the epoch."""
+
+    child_start: dict[str, Any] | None = None
+
+
 def _replaying_iter(fn):
     """Wrap a user flow's ``__iter__`` to count epochs and positions, and to replay an epoch up
     to the saved position after ``load_state_dict``. The epoch begins when ``__iter__`` is
@@ -102,40 +108,22 @@ def _replaying_iter(fn):
 
     @functools.wraps(fn)
     def __iter__(self):  # noqa: N807 (it becomes the class's __iter__)
-        rs = self.__dict__.get("_replay")
-        if rs is None:
-            rs = self.__dict__["_replay"] = {**epoch_state(-1, 0, True), "child_start": None}
-        skip = rs.pop("resume", None)
+        rs = self.__dict__.setdefault("_replay", _ReplayState())
+        restored = rs._resume is not None
+        token, start = rs._begin()
         child = getattr(self, "ds", None)
-        if skip is None:  # a new epoch
-            rs["epoch"] += 1
-            skip = 0
-            if isinstance(child, DataFlow):
+        if isinstance(child, DataFlow):
+            if not restored:  # a new epoch: remember where the child starts it
                 try:
-                    rs["child_start"] = child.state_dict()
+                    rs.child_start = child.state_dict()
                 except NotImplementedError:
-                    rs["child_start"] = None
-        elif isinstance(child, DataFlow) and rs.get("child_start") is not None:
-            child.load_state_dict(rs["child_start"])
-        rs["pos"], rs["done"] = 0, False
-        rs["token"] = token = object()
-        return _replay_run(self, fn, rs, token, skip)
+                    rs.child_start = None
+            elif rs.child_start is not None:
+                child.load_state_dict(rs.child_start)
+        return replay_run(rs, fn(self), token, start)
 
     __iter__._replay_wrapped = True
     return __iter__
-
-
-def _replay_run(flow, fn, rs, token, skip):
-    try:
-        for dp in fn(flow):
-            rs["pos"] += 1
-            if skip:
-                skip -= 1
-                continue
-            yield dp
-    finally:
-        if rs.get("token") is token:
-            rs["done"] = True
 
 
 class DataFlow(metaclass=DataFlowMeta):
@@ -183,10 +171,9 @@ class DataFlow(metaclass=DataFlowMeta):
                 f"{type(self).__name__} cannot save its iteration state: implement "
                 "state_dict() and load_state_dict() for it."
             )
-        rs = rs or {**epoch_state(-1, 0, True), "child_start": None}
-        return {"type": type(self).__name__, "mode": "replay",
-                **epoch_state(rs["epoch"], rs["pos"], rs["done"]),
-                "child_start": rs.get("child_start")}
+        rs = rs or _ReplayState()
+        return {"type": type(self).__name__, "mode": "replay", **rs._counters(),
+                "child_start": rs.child_start}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict`; the next ``__iter__`` continues from it."""
@@ -196,10 +183,9 @@ class DataFlow(metaclass=DataFlowMeta):
                 "state_dict() and load_state_dict() for it."
             )
         check_state(state, self, mode="replay")
-        rs = {**epoch_state(state["epoch"], state["pos"], state["done"]),
-              "child_start": state.get("child_start")}
-        if not state["done"]:
-            rs["resume"] = state["pos"]
+        rs = _ReplayState()
+        rs._restore_counters(state)
+        rs.child_start = state.get("child_start")
         self.__dict__["_replay"] = rs
 
     # legacy names

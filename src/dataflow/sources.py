@@ -13,7 +13,7 @@ import numpy as np
 
 from dataflow.base import DataFlow, RNGDataFlow
 from dataflow.errors import DataFlowError, UnknownLengthError
-from dataflow.state import EpochCounter, check_state, epoch_state
+from dataflow.state import EpochCounter, check_state, epoch_state, replay_run
 
 __all__ = ["DataFromGenerator", "DataFromIterable", "DataFromList", "DataFromQueue", "FakeData"]
 
@@ -109,16 +109,10 @@ class FakeData(EpochCounter, RNGDataFlow):
 
 
 def _load_epoch(flow: Any, state: dict[str, Any]) -> None:
-    """Restore (epoch, pos, done) and the seed of a source with ``_epoch``/``_pos``/``_resume``."""
+    """Restore the seed (if saved) and the (epoch, pos, done) counters of a source."""
     if "seed" in state:
         flow._load_seed_state(state["seed"])
-    if state["done"]:
-        flow._epoch, flow._pos, flow._resume = state["epoch"] + 1, state["pos"], None
-    else:
-        flow._epoch, flow._pos, flow._resume = state["epoch"] + 1, state["pos"], state["pos"]
-    if hasattr(flow, "_done"):
-        flow._done = state["done"]
-    flow._token = None
+    EpochCounter._restore_counters(flow, state)
 
 
 class DataFromQueue(DataFlow):
@@ -258,25 +252,14 @@ class DataFromGenerator(EpochCounter, DataFlow):
 
 
 def _replay(flow: Any, itr: Iterable[Any]) -> Iterator[Any]:
-    """Begin an epoch of ``flow`` now and iterate ``itr`` counting positions; after a restore,
-    skip what was delivered."""
+    """Begin an epoch of ``flow`` now and iterate ``itr``; after a restore, skip what was
+    delivered."""
     token, start = flow._begin()
-    flow._pos = 0
-    return _replay_run(flow, itr, token, start)
-
-
-def _replay_run(flow: Any, itr: Iterable[Any], token: object, start: int) -> Iterator[Any]:
-    try:
-        for dp in itr:
-            flow._pos += 1
-            if flow._pos > start:
-                yield dp
-    finally:
-        flow._end(token)
+    return replay_run(flow, itr, token, start)
 
 
 def _replay_state(flow: Any) -> dict[str, Any]:
-    return {"type": type(flow).__name__, **epoch_state(flow._epoch - 1, flow._pos, flow._done)}
+    return {"type": type(flow).__name__, **flow._counters()}
 
 
 def _replay_load(flow: Any, state: dict[str, Any]) -> None:

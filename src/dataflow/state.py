@@ -15,6 +15,7 @@ uninterrupted run.
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from dataflow.errors import DataFlowError
@@ -27,6 +28,7 @@ __all__ = [
     "encode_items",
     "epoch_state",
     "finished",
+    "replay_run",
     "rng_from_state",
     "rng_state",
     "state_done",
@@ -183,3 +185,18 @@ class EpochCounter:
         self._epoch, self._pos, self._done = state["epoch"] + 1, state["pos"], state["done"]
         self._resume = None if state["done"] else state["pos"]
         self._token = None
+
+
+def replay_run(counter: EpochCounter, itr: Iterable[Any], token: object, start: int
+               ) -> Iterator[Any]:
+    """Yield ``itr`` for the epoch that ``counter`` began (``token``), counting positions from
+    0 and skipping the first ``start`` (delivered before a restore): the replaying resume of
+    flows that cannot seek."""
+    counter._pos = 0
+    try:
+        for dp in itr:
+            counter._pos += 1
+            if counter._pos > start:
+                yield dp
+    finally:
+        counter._end(token)
