@@ -15,6 +15,8 @@ over the machine's cores. Each implementation runs in its own subprocess:
   tfdata-py      tf.data with tf.py_function doing the same work, AUTOTUNE
   tfdata-native  tf.data with tf.io.decode_jpeg and tf.image ops, AUTOTUNE
   decode-limit   cv2.imdecode alone on every core (multiprocessing.Pool), no pipeline
+  augment-limit  the same Pool doing decode AND the augmentation per image, no pipeline: the
+                 ceiling of any pipeline that does this work on these cores
 
 Peers that are not installed are skipped with a note. PyTorch (CPU): `pip install torch==2.13.0`
 into .venv; tensorpack: see benchmarks/_common.py.
@@ -36,8 +38,8 @@ BATCH = 64
 SHUFFLE_BUFFER = 500
 EIGVAL = [0.2175 * 255, 0.0188 * 255, 0.0045 * 255]
 EIGVEC = [[-0.5675, 0.7192, 0.4009], [-0.5808, -0.0045, -0.8140], [-0.5836, -0.6948, 0.4203]]
-IMPLS = ["decode-limit", "ours-mapbatch", "ours-default", "tensorpack", "torch", "tfdata-py",
-         "tfdata-native"]
+IMPLS = ["decode-limit", "augment-limit", "ours-mapbatch", "ours-default", "tensorpack", "torch",
+         "tfdata-py", "tfdata-native"]
 
 
 def lmdb_path(n: int) -> Path:
@@ -90,7 +92,9 @@ class DecodeAugment:
 
         img = cv2.imdecode(np.frombuffer(dp[0], np.uint8), cv2.IMREAD_COLOR)
         img = self.augs.augment(img)
-        return [np.clip(img, 0, 255).astype(np.uint8, copy=False), dp[1]]
+        if img.dtype != np.uint8:  # tensorpack's Lighting returns float32
+            img = np.clip(img, 0, 255).astype(np.uint8)
+        return [img, dp[1]]
 
 
 def _time_batches(itr, batches: int, warmup: int = 3) -> float:
@@ -144,24 +148,36 @@ def _read_lmdb(path: Path):
     return items
 
 
-def run_decode_limit(path: Path, batches: int, nproc: int) -> float:
+def run_limit(path: Path, batches: int, nproc: int, augment: bool) -> float:
+    """Images/s of a Pool of ``nproc`` processes that only decode (``augment=False``) or decode
+    and augment each JPEG: no reading, shuffling, batching or transport in the timed work."""
     import multiprocessing as mp
 
     items = _read_lmdb(path)
     blobs = [it[0] for it in items]
     need = (batches + 3) * BATCH
     blobs = (blobs * (need // len(blobs) + 1))[:need]
-    with mp.get_context("fork").Pool(nproc, initializer=_init_decode) as pool:
-        list(pool.imap_unordered(_decode_only, blobs[: 3 * BATCH], chunksize=16))
+    work = _decode_augment if augment else _decode_only
+    with mp.get_context("fork").Pool(nproc, initializer=_init_limit, initargs=(augment,)) as pool:
+        list(pool.imap_unordered(work, blobs[: 3 * BATCH], chunksize=16))
         t0 = time.perf_counter()
-        n = sum(pool.imap_unordered(_decode_only, blobs[3 * BATCH:], chunksize=16))
+        n = sum(pool.imap_unordered(work, blobs[3 * BATCH:], chunksize=16))
         return n / (time.perf_counter() - t0)
 
 
-def _init_decode() -> None:
+_LIMIT_FUNC = None
+
+
+def _init_limit(augment: bool) -> None:
+    global _LIMIT_FUNC
     import cv2
 
     cv2.setNumThreads(1)
+    if augment:
+        from dataflow import imgaug
+
+        _LIMIT_FUNC = DecodeAugment(imgaug)
+        _LIMIT_FUNC.augs.reset_state()
 
 
 def _decode_only(b: bytes) -> int:
@@ -170,6 +186,10 @@ def _decode_only(b: bytes) -> int:
 
     img = cv2.imdecode(np.frombuffer(b, np.uint8), cv2.IMREAD_COLOR)
     return int(img is not None)
+
+
+def _decode_augment(b: bytes) -> int:
+    return int(_LIMIT_FUNC([b, 0])[0] is not None)
 
 
 def run_torch(path: Path, batches: int, nproc: int) -> float:
@@ -257,8 +277,8 @@ def run_tfdata(path: Path, batches: int, nproc: int, native: bool) -> float:
 def measure(impl: str, n: int, batches: int) -> dict:
     path = lmdb_path(n)
     nproc = os.cpu_count() or 2
-    if impl == "decode-limit":
-        rate = run_decode_limit(path, batches, nproc)
+    if impl in ("decode-limit", "augment-limit"):
+        rate = run_limit(path, batches, nproc, augment=impl == "augment-limit")
     elif impl == "torch":
         rate = run_torch(path, batches, nproc)
     elif impl in ("tfdata-py", "tfdata-native"):
@@ -313,9 +333,13 @@ def main() -> None:
     rows = [[impl, f"{rate:,.0f}", f"{rate / ours:.2f}" if ours else "n/a"]
             for impl, rate in results.items()]
     print(markdown_table(["pipeline", "images/s", "ratio to ours (the faster dataflow)"], rows))
-    if "decode-limit" in results and ours:
-        print(f"\ndataflow reaches {100 * ours / results['decode-limit']:.0f}% of the "
-              "decode-only limit")
+    for limit in ("decode-limit", "augment-limit"):
+        if limit in results and ours:
+            print(f"\ndataflow reaches {100 * ours / results[limit]:.0f}% of the {limit}")
+    if "decode-limit" in results and "augment-limit" in results:
+        share = 100 * results["augment-limit"] / results["decode-limit"]
+        print(f"(the augment-limit itself is {share:.0f}% of the decode-limit: no pipeline doing "
+              "this augmentation can do better)")
     if notes:
         print("\n" + "\n".join(notes))
 
