@@ -1,0 +1,18 @@
+"""Ray back end of the parallel engine (extra ``ray``): the same pipelines on a Ray cluster.
+
+* :class:`RayMapData`: a parallel map whose workers are Ray actors (like
+  :class:`~dataflow.parallel.MultiProcessMapDataZMQ`);
+* :class:`RayRunner`: independent copies of a flow in Ray actors (like
+  :class:`~dataflow.parallel.MultiProcessRunnerZMQ`).
+
+Same ``strict`` / ``ordered`` / error / seed / lifecycle / resume semantics as the local back
+ends, plus recovery from lost actors. Ray is imported lazily: this module imports without Ray;
+using the classes without it raises an ``ImportError`` naming
+``pip install 'dataflow-reloaded[ray]'``. If Ray is not initialized, the first flow started
+runs a local Ray (or connects to ``address=``) and the last one closed shuts it down.
+"""
+
+from dataflow.ray.map import RayMapData
+from dataflow.ray.runner import RayRunner
+
+__all__ = ["RayMapData", "RayRunner"]

@@ -1,0 +1,215 @@
+"""Ray plumbing shared by the Ray back end: the lazy import, the Ray session a pipeline starts
+(or joins), worker set-up inside actors, and a pool of actor slots that can be replaced.
+
+Ray is imported only here, inside functions: ``import dataflow.ray`` works without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from dataflow import rng as _rng
+from dataflow.errors import WorkerError
+from dataflow.parallel._lifecycle import GLOBAL_RNG_KEY, THREAD_ENV_VARS
+
+__all__ = [
+    "RAY_EXTRA",
+    "ActorSlots",
+    "acquire_ray",
+    "check_options",
+    "import_ray",
+    "is_lost",
+    "release_ray",
+    "task_error",
+    "worker_setup",
+]
+
+logger = logging.getLogger("dataflow.ray")
+
+RAY_EXTRA = "pip install 'dataflow-reloaded[ray]'"
+#: seconds to wait for the actors of a pool to start (placement, imports, unpickling)
+START_TIMEOUT = 120.0
+
+
+def import_ray() -> Any:
+    """The ``ray`` package, or an ``ImportError`` naming the extra to install."""
+    try:
+        import ray
+    except ImportError as e:
+        raise ImportError(
+            f"the Ray back end of dataflow needs Ray, which is not installed: {RAY_EXTRA}"
+        ) from e
+    return ray
+
+
+# ---- the Ray session --------------------------------------------------------------------------
+
+
+class _Session:
+    """The Ray this module started (or connected to) for the pipelines, and how many use it."""
+
+    lock = threading.Lock()
+    started = False
+    users = 0
+
+
+def acquire_ray(address: str | None, num_cpus: int) -> bool:
+    """Make sure Ray is initialized; return whether the caller must :func:`release_ray`.
+
+    If Ray is already initialized (``ray.init()`` called by the user), it is used as is and never
+    shut down by dataflow. Otherwise dataflow calls ``ray.init()``: connecting to ``address``,
+    or starting a local Ray with ``num_cpus`` CPUs; it is shut down when the last flow that
+    uses it is closed.
+    """
+    ray = import_ray()
+    with _Session.lock:
+        if ray.is_initialized():
+            if not _Session.started:
+                return False  # the user's Ray
+            _Session.users += 1
+            return True
+        kwargs: dict[str, Any] = {"log_to_driver": False}
+        if address is None:
+            kwargs.update(num_cpus=num_cpus, include_dashboard=False)
+        else:
+            kwargs["address"] = address
+        ray.init(**kwargs)
+        _Session.started, _Session.users = True, 1
+        return True
+
+
+def release_ray(owned: bool) -> None:
+    """Undo one :func:`acquire_ray` that returned True; the last one shuts Ray down."""
+    if not owned:
+        return
+    ray = import_ray()
+    with _Session.lock:
+        _Session.users -= 1
+        if _Session.users > 0 or not _Session.started:
+            return
+        _Session.started, _Session.users = False, 0
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+
+
+# ---- inside an actor --------------------------------------------------------------------------
+
+
+def worker_setup(worker_id: int, global_seed: int | None, seed_globals: bool) -> None:
+    """First thing an actor runs: single-threaded BLAS/OpenCV, the worker id and seeds of
+    :mod:`dataflow.rng` (as the process back end's ``worker_bootstrap`` does)."""
+    for k in THREAD_ENV_VARS:
+        os.environ[k] = "1"
+    if global_seed is not None:
+        _rng.set_seed(global_seed)
+    _rng.set_worker_info(worker_id)
+    if seed_globals:
+        state = _rng.derive_seed_sequence(None, GLOBAL_RNG_KEY).generate_state(4)
+        np.random.seed(state)
+        random.seed(int.from_bytes(state.tobytes(), "little"))
+
+
+# ---- consumer side ----------------------------------------------------------------------------
+
+
+def check_options(actor_options: Any) -> dict[str, Any]:
+    if actor_options is None:
+        return {"num_cpus": 1}
+    if not isinstance(actor_options, dict):
+        raise TypeError(
+            f"`actor_options` must be a dict of Ray actor options or None, got "
+            f"{actor_options!r} (type {type(actor_options).__name__}); pass e.g. "
+            "actor_options={'num_cpus': 1}."
+        )
+    return {"num_cpus": 1, **actor_options}
+
+
+def is_lost(ray: Any, exc: BaseException) -> bool:
+    """Whether ``exc`` (from ``ray.get``) means the task or its actor was lost (node or process
+    died, object lost), as opposed to an error raised by the task's own code."""
+    return isinstance(exc, ray.exceptions.RayError) and not isinstance(
+        exc, ray.exceptions.RayTaskError
+    )
+
+
+def task_error(exc: BaseException, worker_id: int, stage: str, index: int | None = None
+               ) -> WorkerError:
+    """A ``WorkerError`` for an error the actor's method raised itself (e.g. a result that
+    Ray could not serialize); ``map_func`` errors travel as values instead."""
+    cause = getattr(exc, "cause", None)
+    typ = type(cause) if isinstance(cause, BaseException) else type(exc)
+    name = typ.__qualname__
+    if typ.__module__ != "builtins":
+        name = f"{typ.__module__}.{name}"
+    message = str(cause) if cause is not None else str(exc)
+    return WorkerError(name, message, str(exc), worker_id=worker_id, index=index, stage=stage)
+
+
+class ActorSlots:
+    """``n`` actors of ``actor_cls``; slot ``i`` is built by ``make_args(i)`` and can be
+    replaced when its actor is lost."""
+
+    def __init__(
+        self,
+        ray: Any,
+        actor_cls: type,
+        n: int,
+        options: dict[str, Any],
+        stage: str,
+    ) -> None:
+        self.ray = ray
+        self.remote_cls = ray.remote(actor_cls).options(max_restarts=0, max_task_retries=0,
+                                                        **options)
+        self.n = n
+        self.options = options
+        self.stage = stage
+        self.actors: list[Any] = []
+        self.generation = [0] * n  # incremented by each replacement of the slot
+        self.pids: list[int | None] = [None] * n
+
+    def start(self, make_args: Callable[[int], tuple]) -> None:
+        """Create every actor and wait until they run (errors raised as ``WorkerError``)."""
+        ray = self.ray
+        self.actors = [self.remote_cls.remote(*make_args(i)) for i in range(self.n)]
+        refs = [a.ready.remote() for a in self.actors]
+        try:
+            self.pids = list(ray.get(refs, timeout=START_TIMEOUT))
+        except ray.exceptions.GetTimeoutError as e:
+            cpus = ray.cluster_resources().get("CPU", 0)
+            raise WorkerError(
+                "GetTimeoutError",
+                f"{self.n} Ray actor(s) with options {self.options} did not start within "
+                f"{START_TIMEOUT:.0f} s (the cluster has {cpus:g} CPUs); lower `num_workers`, "
+                "or ask for fewer resources per actor, e.g. actor_options={'num_cpus': 0.5}.",
+                stage=self.stage,
+            ) from e
+        except ray.exceptions.RayError as e:
+            raise WorkerError(type(e).__name__, f"a Ray actor failed to start: {e}", str(e),
+                              stage=self.stage) from e
+
+    def replace(self, i: int, args: tuple) -> None:
+        """Kill slot ``i``'s actor (if it still runs) and start a new one in its place."""
+        with contextlib.suppress(Exception):
+            self.ray.kill(self.actors[i], no_restart=True)
+        self.actors[i] = self.remote_cls.remote(*args)
+        self.generation[i] += 1
+        self.pids[i] = None
+        logger.warning("%s: the Ray actor of worker %d was lost; started a new one",
+                       self.stage, i)
+
+    def kill_all(self) -> None:
+        ray = self.ray
+        actors, self.actors = self.actors, []
+        if not ray.is_initialized():
+            return
+        for a in actors:
+            with contextlib.suppress(Exception):
+                ray.kill(a, no_restart=True)

@@ -1,0 +1,53 @@
+"""A local Ray (2 CPUs) per test module, and the check that none of its processes outlive it."""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+
+
+def ray_children() -> list[str]:
+    """Descriptions of this process's living descendants (Ray's raylet, GCS, workers...)."""
+    alive = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.append(f"{child.pid}: {' '.join(child.cmdline())[:100]}")
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def wait_no_children(timeout: float = 10.0) -> list[str]:
+    deadline = time.monotonic() + timeout
+    left = ray_children()
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = ray_children()
+    return left
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """``ray.init(num_cpus=2)`` for the module; after ``ray.shutdown()`` no process is left."""
+    ray = pytest.importorskip("ray")
+    assert not ray.is_initialized()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+    assert wait_no_children() == []
+
+
+def pid_gone(pid: int | None, timeout: float = 10.0) -> bool:
+    """Whether process ``pid`` ended (or is a zombie) within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.05)
+    return False

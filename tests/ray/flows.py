@@ -1,0 +1,75 @@
+"""Flows and map functions for the Ray tests (module level: Ray pickles them by reference)."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dataflow import rng as _rng
+from dataflow.base import DataFlow
+
+
+def _die_once(marker: str) -> None:
+    """SIGKILL this process the first time (creating ``marker``); later calls do nothing."""
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class KillOnce:
+    """``[x * 2]``, but the process mapping input ``at`` dies once (a node lost mid-epoch)."""
+
+    def __init__(self, marker: Path, at: int) -> None:
+        self.marker, self.at = str(marker), at
+
+    def __call__(self, dp: list) -> list:
+        if dp[0] == self.at:
+            _die_once(self.marker)
+        return [dp[0] * 2]
+
+
+def always_die_at_3(dp: list) -> list:
+    if dp[0] == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return dp
+
+
+class KillOnceRange(DataFlow):
+    """``[worker id, i]`` for i in range(n); the copy of worker 0 dies once at ``at``."""
+
+    def __init__(self, n: int, at: int, marker: Path) -> None:
+        self.n, self.at, self.marker = n, at, str(marker)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def reset_state(self) -> None:
+        self.wid = _rng.get_worker_info()
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(self.n):
+            if i == self.at and self.wid == 0:
+                _die_once(self.marker)
+            yield [self.wid, i]
+
+
+class AlwaysDie(DataFlow):
+    def __len__(self) -> int:
+        return 5
+
+    def __iter__(self) -> Iterator[Any]:
+        yield [0]
+        os.kill(os.getpid(), signal.SIGKILL)
+        yield [1]
+
+
+def image(dp: list) -> list:
+    return [dp[0], np.full((64, 64, 3), dp[0] % 251, np.uint8)]

@@ -1,0 +1,216 @@
+"""RayMapData against a real local Ray (2 CPUs): the mappers' contract, errors, lost actors."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from dataflow import rng as _rng
+from dataflow.errors import DataFlowReentrantError, WorkerError
+from dataflow.ray import RayMapData
+from dataflow.sources import DataFromList
+from tests.helpers import check_resume
+from tests.parallel import flows
+from tests.ray import flows as rflows
+from tests.ray.conftest import pid_gone
+
+pytestmark = [pytest.mark.usefixtures("local_ray"), pytest.mark.allow_children]
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_strict_epochs_are_exact(ordered):
+    with RayMapData(flows.Range(50), flows.slow_identity, 2, strict=True, ordered=ordered,
+                    chunk_size=4) as ds:
+        assert len(ds) == 50
+        for _ in range(2):
+            got = [dp[0] for dp in ds]
+            if ordered:
+                assert got == list(range(50))
+            else:
+                assert Counter(got) == Counter(range(50))
+
+
+def test_strict_small_buffer_and_nones():
+    with RayMapData(flows.Range(40), flows.drop_odd, 2, strict=True, buffer_size=3) as ds:
+        assert sorted(dp[0] for dp in ds) == list(range(0, 40, 2))
+        assert sorted(dp[0] for dp in ds) == list(range(0, 40, 2))
+
+
+def test_non_strict_stream_continues_across_iterations():
+    with RayMapData(flows.Range(10), flows.double, 2, ordered=True, chunk_size=3) as ds:
+        got = [dp[0] for _ in range(3) for dp in itertools.islice(ds, 7)]
+    assert got == [2 * (i % 10) for i in range(21)]
+
+
+def test_arrays_come_through_the_object_store():
+    with RayMapData(flows.Range(20), rflows.image, 2, strict=True, ordered=True) as ds:
+        got = list(ds)
+    assert [dp[0] for dp in got] == list(range(20))
+    for i, img in got:
+        assert img.shape == (64, 64, 3)
+        assert img.dtype == np.uint8
+        assert np.array_equal(img, np.full((64, 64, 3), i, np.uint8))
+
+
+def test_map_error_surfaces_with_remote_traceback():
+    ds = RayMapData(flows.Range(30), flows.fail_at_7, 2, strict=True, ordered=True)
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as ei:
+        list(ds)
+    assert time.monotonic() - start < 5
+    err = ei.value
+    assert type(err.__cause__) is ValueError
+    assert err.exc_type == "ValueError"
+    assert err.exc_message == "cannot map 7"
+    assert err.index == 7
+    assert err.stage == "RayMapData"
+    assert "in fail_at_7" in err.remote_traceback
+    ds.close()
+
+
+def test_after_an_error_the_next_iteration_starts_fresh_actors():
+    with RayMapData(flows.Range(10), flows.fail_at_7, 1, strict=True, ordered=True) as ds:
+        with pytest.raises(WorkerError):
+            list(ds)
+        assert ds.worker_pids() == []  # the error stopped the actors
+        with pytest.raises(WorkerError) as ei:
+            list(ds)
+        assert ei.value.index == 7
+
+
+@pytest.mark.parametrize("ordered", [False, True])
+def test_lost_actor_is_replaced_and_every_item_comes_once(tmp_path, ordered):
+    func = rflows.KillOnce(tmp_path / "killed", at=13)
+    with RayMapData(flows.Range(60), func, 2, strict=True, ordered=ordered, chunk_size=4) as ds:
+        got = [dp[0] for dp in ds]
+        assert (tmp_path / "killed").exists()
+        if ordered:
+            assert got == [2 * i for i in range(60)]
+        else:
+            assert Counter(got) == Counter(2 * i for i in range(60))
+        assert sorted(dp[0] for dp in ds) == [2 * i for i in range(60)]  # next epoch too
+
+
+def test_actor_killed_from_outside_mid_epoch():
+    with RayMapData(flows.Range(200), flows.sleepy, 2, strict=True, chunk_size=2) as ds:
+        it = iter(ds)
+        got = [next(it)[0] for _ in range(20)]
+        pid = ds.worker_pids()[0]
+        os.kill(pid, signal.SIGKILL)
+        got += [dp[0] for dp in it]
+        assert Counter(got) == Counter(range(200))
+        assert pid_gone(pid)
+
+
+def test_a_chunk_that_always_kills_its_actor_raises_after_retries():
+    ds = RayMapData(flows.Range(10), rflows.always_die_at_3, 2, strict=True, chunk_size=1,
+                    max_retries=1)
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as ei:
+        list(ds)
+    assert time.monotonic() - start < 20
+    assert ei.value.exc_type == "WorkerDied"
+    assert ei.value.index == 3
+    assert "after 1 retries" in ei.value.exc_message
+    ds.close()
+
+
+def test_worker_seeds_are_distinct_and_reproducible():
+    def run(seed: int) -> list:
+        _rng.set_seed(seed)
+        with RayMapData(flows.Range(6), flows.global_random, 1, strict=True, ordered=True) as ds:
+            return [dp[1:] for dp in ds]
+
+    a, b, c = run(5), run(5), run(6)
+    assert a == b
+    assert a != c
+    assert {w for w, *_ in a} == {0}
+    _rng.set_seed(5)
+    with RayMapData(flows.Range(40), flows.global_random, 2, strict=True, chunk_size=1) as ds:
+        got = list(ds)
+    firsts = {}
+    for _, wid, r, _ in sorted(got):
+        firsts.setdefault(wid, r)
+    assert set(firsts) == {0, 1}
+    assert firsts[0] != firsts[1]
+
+
+def test_close_kills_the_actors_and_is_idempotent(local_ray):
+    ds = RayMapData(flows.Range(8), flows.double, 2, strict=True)
+    assert sorted(dp[0] for dp in ds) == list(range(0, 16, 2))
+    pids = ds.worker_pids()
+    assert len(set(pids)) == 2
+    ds.close()
+    ds.close()
+    assert all(pid_gone(p) for p in pids)
+    assert local_ray.is_initialized()  # the user's Ray stays up
+    ds.reset_state()  # starts again
+    assert sorted(dp[0] for dp in ds) == list(range(0, 16, 2))
+    ds.close()
+
+
+def test_not_reentrant():
+    with RayMapData(flows.Range(10), flows.double, 1, strict=True) as ds:
+        it = iter(ds)
+        next(it)
+        with pytest.raises(DataFlowReentrantError):
+            next(iter(ds))
+        it.close()
+        assert len(list(ds)) == 10
+
+
+def test_arguments_are_validated():
+    with pytest.raises(ValueError, match="`chunk_size` must be a positive int, got 0"):
+        RayMapData(flows.Range(3), flows.double, 1, chunk_size=0)
+    with pytest.raises(TypeError, match=r"swap them: RayMapData\(ds, func, num_workers\)"):
+        RayMapData(flows.Range(3), 2, flows.double)
+    with pytest.raises(ValueError, match="`max_retries` must be an int >= 0, got -1"):
+        RayMapData(flows.Range(3), flows.double, 1, max_retries=-1)
+    with pytest.raises(TypeError, match="`actor_options` must be a dict"):
+        RayMapData(flows.Range(3), flows.double, 1, actor_options=1)
+    ds = RayMapData(flows.Range(3), flows.double)  # num_workers: the cluster's CPUs
+    assert ds.num_workers == 2
+    assert ds._chunk_size() == 16
+    assert RayMapData(flows.Range(3), flows.double, strict=True)._chunk_size() == 1  # tiny epoch
+    assert RayMapData(flows.Range(3), flows.double, 1, chunk_size=5)._chunk_size() == 5
+
+
+# ---- resume -----------------------------------------------------------------------------------
+
+
+def test_resume_is_exact_when_strict_and_ordered():
+    check_resume(
+        lambda: RayMapData(DataFromList(list(range(12)), shuffle=True, seed=3),
+                           lambda x: x * 10, 2, strict=True, ordered=True, buffer_size=4),
+        epochs=2, every=7,
+    )
+
+
+@pytest.mark.parametrize(("strict", "ordered"), [(True, False), (False, True)])
+def test_resume_delivers_the_rest_once(strict, ordered):
+    def make():
+        return RayMapData(DataFromList([[i] for i in range(30)], shuffle=False), flows.sleepy, 2,
+                          strict=strict, ordered=ordered, buffer_size=8, chunk_size=2)
+
+    ds = make()
+    it = iter(ds)
+    first = [next(it)[0] for _ in range(11)]
+    state = json.loads(json.dumps(ds.state_dict()))
+    it.close()
+    ds.close()
+    fresh = make()
+    fresh.reset_state()
+    fresh.load_state_dict(state)
+    rest = [dp[0] for dp in itertools.islice(fresh, 19)]
+    fresh.close()
+    if ordered:
+        assert first + rest == list(range(30))
+    else:
+        assert Counter(first + rest) == Counter(range(30))
