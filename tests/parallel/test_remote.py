@@ -137,3 +137,42 @@ def test_object_arrays_are_refused_by_the_sender():
 def test_bad_format():
     with pytest.raises(ValueError, match="`format` must be None"):
         RemoteDataZMQ("tcp://127.0.0.1:1", format="zmq_op")
+
+
+def _slow_read(addr: str, n: int, delay: float, out: list) -> None:
+    import time
+
+    recv = RemoteDataZMQ(addr, hwm=2)
+    it = iter(recv)
+    try:
+        for dp in itertools.islice(it, n):
+            time.sleep(delay)
+            out.append(int(dp[0]))
+    finally:
+        it.close()
+
+
+def test_sender_waits_for_a_slow_receiver_to_take_the_tail():
+    import threading
+
+    addr = f"tcp://127.0.0.1:{_free_port()}"
+    got: list[int] = []
+    reader = threading.Thread(target=_slow_read, args=(addr, 40, 0.03, got))
+    reader.start()
+    # the receiver takes ~1.2 s to read 40 datapoints; the sender finishes sending long before
+    # and then waits (up to drain_timeout) until its queue reached the receiver: nothing lost
+    send_dataflow_zmq(flows.Arrays(40, (4,)), addr, hwm=2, num_epochs=1, drain_timeout=30)
+    reader.join(30)
+    assert got == list(range(40))
+
+
+def test_sender_warns_when_the_receiver_never_reads():
+    addr = f"tcp://127.0.0.1:{_free_port()}"  # nobody listens: the datapoint stays queued
+    with pytest.warns(RuntimeWarning, match=r"drain_timeout=0.3 s; what was still queued"):
+        send_dataflow_zmq(flows.Arrays(1, (4,)), addr, hwm=2, num_epochs=1, drain_timeout=0.3)
+
+
+@pytest.mark.parametrize("bad", [-1, "10", None])
+def test_bad_drain_timeout(bad):
+    with pytest.raises(ValueError, match=r"`drain_timeout` must be a number of seconds >= 0, "):
+        send_dataflow_zmq(flows.Arrays(1, (4,)), "tcp://127.0.0.1:1", drain_timeout=bad)

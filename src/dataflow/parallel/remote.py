@@ -134,6 +134,7 @@ def send_dataflow_zmq(
     bind: bool = False,
     *,
     num_epochs: int | None = None,
+    drain_timeout: float = 600.0,
 ) -> None:
     """Send the datapoints of ``df`` to ``addr`` (a PUSH socket), epoch after epoch.
 
@@ -141,6 +142,11 @@ def send_dataflow_zmq(
     progress and the average send latency of the last 200 datapoints. Runs forever, like
     tensorpack, unless ``num_epochs`` is given. ``bind=True`` binds ``addr`` instead of
     connecting. ``format``: see the module docstring (default msgpack, safe to receive).
+
+    After the last epoch it waits until every queued datapoint has reached the receiver's
+    queue, however slowly the receiver reads, for at most ``drain_timeout`` seconds (a
+    receiver that is gone cannot make it hang forever); if datapoints are still queued then,
+    they are dropped and a ``RuntimeWarning`` says so.
     """
     from tqdm import tqdm
 
@@ -148,6 +154,11 @@ def send_dataflow_zmq(
     hwm = check_positive_int(hwm, "hwm", 50)
     if num_epochs is not None:
         check_positive_int(num_epochs, "num_epochs", 1)
+    if not isinstance(drain_timeout, int | float) or not drain_timeout >= 0:
+        raise ValueError(
+            f"`drain_timeout` must be a number of seconds >= 0, got {drain_timeout!r}; use e.g. "
+            "600 to wait up to ten minutes for a slow receiver."
+        )
     zmq = import_zmq()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
@@ -173,10 +184,30 @@ def send_dataflow_zmq(
                         avg = sum(latencies) / len(latencies)
                         bar.set_postfix(AvgSendLat=f"{avg * 1e3:.3f}ms")
             epoch += 1
-        sock.setsockopt(zmq.LINGER, 10_000)  # deliver what is queued (up to 10 s) first
+        _drain(zmq, ctx, sock, drain_timeout)
     finally:
-        sock.close()
-        ctx.term()
+        if not sock.closed:  # an error: drop what is queued, never block
+            sock.close()
+            ctx.term()
+
+
+def _drain(zmq: Any, ctx: Any, sock: Any, timeout: float) -> None:
+    """Close ``sock`` and wait (``ctx.term()``) until its queue has reached the peer, for at most
+    ``timeout`` seconds; warn if the wait ran out (ZeroMQ then drops what is left)."""
+    import warnings
+
+    sock.setsockopt(zmq.LINGER, int(timeout * 1000))
+    sock.close()
+    start = time.monotonic()
+    ctx.term()
+    if time.monotonic() - start >= timeout - 0.01:
+        warnings.warn(
+            f"send_dataflow_zmq: the receiver did not take the last datapoints within "
+            f"drain_timeout={timeout} s; what was still queued was dropped. Raise drain_timeout "
+            "for a slow receiver.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
 
 class RemoteDataZMQ(DataFlow):
