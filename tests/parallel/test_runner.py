@@ -163,3 +163,66 @@ def test_runner_loop_sends_its_copy_state_first_and_resumes_with_skip():
                      start=(state, 4), checkpoints=True)
     assert [m[2] for m in sent if m[0] == DATA] == [[1], [2], [0]]
     assert not [m for m in sent if m[0] == END]
+
+
+SPAWN_SCRIPT = """
+import json, sys
+sys.path.insert(0, {root!r})
+from dataflow.parallel import MultiProcessRunnerZMQ
+from dataflow.wrappers import MapData
+from tests.helpers import to_plain
+from tests.parallel.test_runner import Tag, _src
+
+def make():
+    return MultiProcessRunnerZMQ(MapData(_src(6), Tag()), 2, start_method={method!r})
+
+if __name__ == "__main__":
+    ref = make()
+    ref.reset_state()
+    seq, states = [], [json.loads(json.dumps(ref.state_dict()))]
+    for _ in range(2):
+        for dp in ref:
+            seq.append(to_plain(dp))
+            states.append(json.loads(json.dumps(ref.state_dict())))
+    ref.close()
+    out = {{"seq": seq, "rest": {{}}}}
+    for k in (0, 3, 7):
+        fresh = make()
+        fresh.reset_state()
+        fresh.load_state_dict(states[k])
+        out["rest"][k] = [to_plain(dp) for dp in fresh] + [to_plain(dp) for dp in fresh]
+        fresh.close()
+    print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_zmq_runner_resumes_under_spawn_and_forkserver(tmp_path, method):
+    """Resume with workers that do not inherit the parent's memory (run in a fresh interpreter:
+    the resource tracker that spawn starts would outlive a test in this process)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "spawn_resume.py"
+    script.write_text(SPAWN_SCRIPT.format(root=str(Path(__file__).resolve().parents[2]),
+                                          method=method))
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=240)
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = json.loads(res.stdout.splitlines()[-1])
+    seq = [tuple(dp) for dp in out["seq"]]
+    assert len(seq) == 12
+    streams = {tag: [v for t, v in seq if t == tag] for tag, _ in seq}
+    assert 1 <= len(streams) <= 2
+    for k, rest in out["rest"].items():
+        k = int(k)
+        rest = [tuple(dp) for dp in rest]
+        # the rest of the epoch in progress (6 - delivered), then one whole epoch
+        assert len(rest) == (6 - k % 6 if k % 6 else 6) + 6, (k, rest)
+        for tag, stream in streams.items():
+            done = sum(1 for t, _ in seq[:k] if t == tag)
+            got = [v for t, v in rest if t == tag]
+            m = min(len(got), len(stream) - done)
+            assert got[:m] == stream[done:done + m], f"worker {tag} after {k}"
