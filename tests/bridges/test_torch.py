@@ -152,6 +152,26 @@ def test_two_workers_no_duplicates(shuffle):
     assert _wait_no_children() == []
 
 
+def test_spawned_workers():
+    # spawn pickles the dataset into each worker (the default on macOS and Windows); run in a
+    # subprocess, since spawning starts multiprocessing's resource tracker, which outlives a test
+    code = """
+import numpy as np
+from torch.utils.data import DataLoader
+import dataflow as df
+from dataflow.torch import to_torch
+
+if __name__ == "__main__":
+    ds = to_torch(df.DataFromList([[np.int64(i)] for i in range(30)], shuffle=True))
+    loader = DataLoader(ds, batch_size=None, num_workers=2, multiprocessing_context="spawn")
+    print(sorted(int(dp[0]) for dp in loader))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == str(list(range(30)))
+
+
 def test_two_workers_persistent_batches():
     ds = to_torch(BatchData(_ints(40, shuffle=True, seed=3), 4))
     loader = DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=True)
