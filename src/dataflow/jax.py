@@ -31,9 +31,13 @@ Guarantees:
   the next one. ``close()`` (or leaving a ``with`` block, or dropping an unfinished iterator)
   closes ``df``, stopping its workers; an error from the dataflow is raised from ``next()`` and
   closes it too. A later ``to_jax(df)`` resets it again.
-* **Checkpoints**: ``state_dict()`` is the dataflow's state after the last batch *returned* (not
-  the prefetched ones); restore with ``to_jax(df, ...).load_state_dict(state)`` before the first
-  ``next()``.
+* **Checkpoints**: ``state_dict()`` is the dataflow's state after the last batch *returned*, not
+  after the prefetched ones. With ``prefetch=0`` that is ``df.state_dict()``, free; with
+  ``prefetch > 0`` pass ``track_state=True``, which saves ``df.state_dict()`` after every batch it
+  pulls (cheap for most pipelines, but a stage that buffers datapoints, such as
+  ``LocallyShuffleData``, encodes its buffer each time). Without it, ``state_dict()`` raises
+  rather than return a state that would skip the prefetched batches. Restore with
+  ``to_jax(df, ...).load_state_dict(state)`` before the first ``next()``.
 """
 
 from __future__ import annotations
@@ -109,15 +113,17 @@ class JaxIterator(Iterator[Any]):
     """One epoch of a dataflow as ``jax.Array`` batches, ``prefetch`` ahead; see
     :mod:`dataflow.jax`. Made by :func:`to_jax`."""
 
-    def __init__(self, df: DataFlow, prefetch: int, convert: Any) -> None:
+    def __init__(self, df: DataFlow, prefetch: int, convert: Any, track_state: bool = False
+                 ) -> None:
         self.df = df
         self.prefetch = prefetch
+        self.track_state = track_state
         self._convert = convert
         self._itr: Iterator[Any] | None = None
         # converted batches ahead of the consumer, each with the flow's state after it
         self._queue: collections.deque[tuple[Any, Any]] = collections.deque()
         self._state: Any = None  # the flow's state after the last batch returned
-        self._states = True  # whether the flow can save states
+        self._states = track_state  # whether to save the flow's state after each pull
         self._exhausted = False
         self._closed = False
 
@@ -158,8 +164,14 @@ class JaxIterator(Iterator[Any]):
 
     def state_dict(self) -> dict[str, Any]:
         """The dataflow's state after the last batch returned by ``next()``."""
-        if self._itr is None:
+        if self._itr is None or not self._queue:  # nothing fetched ahead
             return self.df.state_dict()
+        if not self.track_state:
+            raise RuntimeError(
+                f"to_jax(prefetch={self.prefetch}) holds {len(self._queue)} batch(es) fetched "
+                "ahead, so the dataflow's state is past the batches returned; pass "
+                "track_state=True to to_jax (or prefetch=0) to checkpoint."
+            )
         if not self._states:
             raise NotImplementedError(
                 f"{type(self.df).__name__} cannot save its iteration state, so to_jax cannot "
@@ -203,7 +215,8 @@ class JaxIterator(Iterator[Any]):
                 pass
 
 
-def to_jax(df: DataFlow, prefetch: int = 2, sharding: Any = None) -> JaxIterator:
+def to_jax(df: DataFlow, prefetch: int = 2, sharding: Any = None, *, track_state: bool = False
+           ) -> JaxIterator:
     """An iterator over one epoch of ``df`` whose numeric arrays are ``jax.Array``s.
 
     Args:
@@ -212,6 +225,8 @@ def to_jax(df: DataFlow, prefetch: int = 2, sharding: Any = None) -> JaxIterator
         sharding: ``None`` (the default device), a ``jax.sharding.Sharding`` or ``jax.Device``
             for every array, or a callable ``hook(array)`` returning one of those or a
             ``jax.Array``.
+        track_state: save the flow's state after every batch, so that ``state_dict()`` works
+            with ``prefetch > 0`` (see :mod:`dataflow.jax`).
     """
     if not isinstance(df, DataFlow):
         raise TypeError(
@@ -235,4 +250,4 @@ def to_jax(df: DataFlow, prefetch: int = 2, sharding: Any = None) -> JaxIterator
     if _RESET.get(df) != pid:
         df.reset_state()
         _RESET[df] = pid
-    return JaxIterator(df, prefetch, _converter(_placer(jax, sharding)))
+    return JaxIterator(df, prefetch, _converter(_placer(jax, sharding)), bool(track_state))

@@ -209,14 +209,24 @@ def resume():
         return MapData(_ints(10, shuffle=True, seed=4), _double)
 
     full = [int(dp[0]) for dp in to_jax(make(), prefetch=2)]
+    out = {"full_sorted": sorted(full)}
+    for prefetch, track in ((2, True), (0, False)):
+        it = to_jax(make(), prefetch=prefetch, track_state=track)
+        head = [int(next(it)[0]) for _ in range(4)]
+        state = json.loads(json.dumps(it.state_dict()))
+        it.close()
+        fresh = to_jax(make(), prefetch=2)
+        fresh.load_state_dict(state)
+        rest = [int(dp[0]) for dp in fresh]
+        out[f"prefetch{prefetch}"] = {"ok": head + rest == full, "pos": state["child"]["pos"]}
     it = to_jax(make(), prefetch=2)
-    head = [int(next(it)[0]) for _ in range(4)]
-    state = json.loads(json.dumps(it.state_dict()))
+    next(it)
+    try:
+        it.state_dict()
+    except RuntimeError as e:
+        out["untracked"] = str(e)
     it.close()
-    fresh = to_jax(make(), prefetch=2)
-    fresh.load_state_dict(state)
-    rest = [int(dp[0]) for dp in fresh]
-    return {"ok": head + rest == full, "full_sorted": sorted(full), "pos": state}
+    return out
 
 
 @case
