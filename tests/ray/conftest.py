@@ -1,4 +1,5 @@
-"""A local Ray (2 CPUs) per test module, and the check that none of its processes outlive it."""
+"""A local Ray (2 CPUs) for the test modules that use it (test_cluster.py, first, runs without
+it), and the check that none of its processes outlive it."""
 
 from __future__ import annotations
 
@@ -29,9 +30,9 @@ def wait_no_children(timeout: float = 10.0) -> list[str]:
     return left
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def local_ray():
-    """``ray.init(num_cpus=2)`` for the module; after ``ray.shutdown()`` no process is left."""
+    """``ray.init(num_cpus=2)`` for the package; after ``ray.shutdown()`` no process is left."""
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -36,7 +36,7 @@ logger = logging.getLogger("dataflow.ray")
 
 RAY_EXTRA = "pip install 'dataflow-reloaded[ray]'"
 #: seconds to wait for the actors of a pool to start (placement, imports, unpickling)
-START_TIMEOUT = 120.0
+START_TIMEOUT = 60.0
 
 
 def import_ray() -> Any:
@@ -187,8 +187,9 @@ class ActorSlots:
             raise WorkerError(
                 "GetTimeoutError",
                 f"{self.n} Ray actor(s) with options {self.options} did not start within "
-                f"{START_TIMEOUT:.0f} s (the cluster has {cpus:g} CPUs); lower `num_workers`, "
-                "or ask for fewer resources per actor, e.g. actor_options={'num_cpus': 0.5}.",
+                f"{START_TIMEOUT:.0f} s (the cluster has {cpus:g} CPUs, and the actors of open "
+                "flows hold theirs until close()); lower `num_workers`, close other flows, or "
+                "ask for fewer resources per actor, e.g. actor_options={'num_cpus': 0.5}.",
                 stage=self.stage,
             ) from e
         except ray.exceptions.RayError as e:

@@ -49,8 +49,10 @@ class _MapActor:
 
 
 class _RayMapTransport:
-    """Consumer side: least-loaded dispatch of chunks to actor slots; a chunk whose actor is
-    lost goes to another (and the slot gets a new actor), at most ``max_retries`` times."""
+    """Consumer side: least-loaded dispatch of chunks to actor slots. When an actor is lost,
+    the slot gets a new actor and the chunks it held go out again; the oldest of them (the one
+    it was running: an actor runs its tasks in order) counts a retry, and a chunk retried more
+    than ``max_retries`` times raises (a poison input, not a lost node)."""
 
     def __init__(self, slots: ActorSlots, make_args: Callable[[int], tuple],
                  max_retries: int) -> None:
@@ -58,15 +60,17 @@ class _RayMapTransport:
         self.slots = slots
         self.make_args = make_args
         self.max_retries = max_retries
-        # ref -> (slot, generation of the slot's actor, chunk, attempts so far)
-        self.inflight: dict[Any, tuple[int, int, list, int]] = {}
+        # ref -> (slot, generation of the slot's actor, submission number, chunk, retries)
+        self.inflight: dict[Any, tuple[int, int, int, list, int]] = {}
         self.load = [0] * slots.n
         self.pending: deque[tuple] = deque()
+        self._seq = 0
 
-    def submit(self, chunk: list, attempts: int = 0) -> None:
+    def submit(self, chunk: list, retries: int = 0) -> None:
         w = min(range(self.slots.n), key=self.load.__getitem__)
         ref = self.slots.actors[w].map_chunk.remote(chunk)
-        self.inflight[ref] = (w, self.slots.generation[w], chunk, attempts)
+        self._seq += 1
+        self.inflight[ref] = (w, self.slots.generation[w], self._seq, chunk, retries)
         self.load[w] += len(chunk)
 
     def receive(self, timeout: float) -> tuple | None:
@@ -79,31 +83,41 @@ class _RayMapTransport:
         if not ready:
             return None
         ref = ready[0]
-        w, gen, chunk, attempts = self.inflight.pop(ref)
-        self.load[w] -= len(chunk)
+        w, gen, _, chunk, _ = self.inflight[ref]
         try:
             msgs = ray.get(ref)
         except ray.exceptions.RayError as e:
             if not is_lost(ray, e):
+                self._pop(ref)
                 raise task_error(e, w, self.slots.stage, chunk[0][0]) from e
-            self._lost(w, gen, chunk, attempts, e)
+            self._lost(w, gen, e)
             return None
+        self._pop(ref)
         self.pending.extend(msgs)
         return self.pending.popleft() if self.pending else None
 
-    def _lost(self, w: int, gen: int, chunk: list, attempts: int, exc: BaseException) -> None:
-        if gen == self.slots.generation[w]:  # the first loss seen of this actor: replace it
-            self.slots.replace(w, self.make_args(w))
-        if attempts >= self.max_retries:
+    def _pop(self, ref: Any) -> tuple[int, int, int, list, int]:
+        entry = self.inflight.pop(ref)
+        self.load[entry[0]] -= len(entry[3])
+        return entry
+
+    def _lost(self, w: int, gen: int, exc: BaseException) -> None:
+        lost = sorted((self._pop(ref) for ref, e in list(self.inflight.items())
+                       if e[0] == w and e[1] == gen), key=lambda e: e[2])
+        self.slots.replace(w, self.make_args(w))
+        _, _, _, chunk, retries = lost[0]
+        if retries >= self.max_retries:
             raise WorkerError(
                 "WorkerDied",
                 f"the Ray actor of worker {w} was lost while mapping {len(chunk)} input(s), "
-                f"after {attempts} retries of them ({type(exc).__name__}: {exc}). A node or "
+                f"after {retries} retries of them ({type(exc).__name__}: {exc}). A node or "
                 "process died; if map_func itself crashes the process on these inputs, fix it, "
                 "else raise `max_retries`.",
                 worker_id=w, index=chunk[0][0], stage=self.slots.stage,
             ) from exc
-        self.submit(chunk, attempts + 1)
+        self.submit(chunk, retries + 1)
+        for _, _, _, other, retries in lost[1:]:  # queued behind it: not their fault
+            self.submit(other, retries)
 
 
 class RayMapData(MapperBase):

@@ -1,0 +1,90 @@
+"""Which Ray the flows use: a local Ray they start and stop, a cluster address, and no Ray."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from dataflow.ray import RayMapData, RayRunner
+from tests.parallel import flows
+from tests.ray.conftest import wait_no_children
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.allow_children
+
+
+@pytest.fixture(autouse=True)
+def _no_ray_before_and_after():
+    assert not ray.is_initialized()
+    yield
+    if ray.is_initialized():
+        ray.shutdown()
+    assert wait_no_children() == []
+
+
+def test_flows_start_a_local_ray_and_the_last_close_stops_it():
+    m = RayMapData(flows.Range(20), flows.double, 1, strict=True, ordered=True)
+    r = RayRunner(flows.Range(5), 1)  # (each actor holds one of the 2 CPUs)
+    assert not ray.is_initialized()  # nothing starts before reset_state()
+    assert [dp[0] for dp in m] == list(range(0, 40, 2))
+    assert ray.is_initialized()
+    assert ray.cluster_resources()["CPU"] == 2  # the machine's CPUs
+    assert [dp[0] for dp in r] == list(range(5))
+    m.close()
+    assert ray.is_initialized()  # r still uses it
+    assert [dp[0] for dp in r] == list(range(5))
+    r.close()
+    assert not ray.is_initialized()
+    r.close()
+    assert wait_no_children() == []
+
+
+def test_connects_to_a_cluster_by_address():
+    head = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent("""
+            import sys, ray
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            print(ray.get_runtime_context().gcs_address, flush=True)
+            sys.stdin.read()
+            ray.shutdown()
+        """)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )
+    try:
+        address = head.stdout.readline().strip()
+        assert ":" in address
+        with pytest.raises(ValueError, match="`num_workers` must be given when connecting"):
+            RayMapData(flows.Range(3), flows.double, address=address)
+        m = RayMapData(flows.Range(30), flows.double, 2, strict=True, address=address)
+        assert sorted(dp[0] for dp in m) == list(range(0, 60, 2))
+        assert ray.is_initialized()
+        assert ray.get_runtime_context().gcs_address == address
+        m.close()
+        assert not ray.is_initialized()  # disconnected; the cluster is not ours to stop
+        assert head.poll() is None
+    finally:
+        head.stdin.close()
+        assert head.wait(30) == 0
+        head.stdout.close()
+
+
+def test_without_ray_the_module_imports_and_the_classes_name_the_extra():
+    code = textwrap.dedent("""
+        import sys
+        sys.modules["ray"] = None  # as if Ray were not installed
+        import dataflow.ray
+        from dataflow.sources import DataFromList
+        for make in (lambda: dataflow.ray.RayMapData(DataFromList([[1]]), abs, 1),
+                     lambda: dataflow.ray.RayRunner(DataFromList([[1]]), 1)):
+            try:
+                make()
+            except ImportError as e:
+                print(e)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.splitlines()
+    assert out == ["the Ray back end of dataflow needs Ray, which is not installed: "
+                   "pip install 'dataflow-reloaded[ray]'"] * 2
