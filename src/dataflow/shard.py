@@ -20,8 +20,9 @@ Remainder policy, explicit:
 
 Cost: each rank reads (and, for stages before the shard, computes) the whole epoch and skips the
 others' datapoints. Put ``shard`` as close to the source as you can, before expensive maps, so
-the skipped datapoints cost only their reading (list indexing for ``DataFromList``, a record read
-for LMDB/TFRecord readers).
+the skipped datapoints cost only their reading (list indexing for ``DataFromList``; a record read
+and decode for the serialized formats, so for large records prefer storing keys or file names and
+decoding after the shard).
 """
 
 from __future__ import annotations
