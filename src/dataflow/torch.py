@@ -14,9 +14,10 @@ Recommended use: the dataflow does its own parallelism (``MultiProcessMapDataZMQ
 Guarantees:
 
 * **Exact delivery**: the datapoints of ``df``, in its order, with its structure (lists stay
-  lists, tuples tuples, dicts dicts). Numeric NumPy arrays become tensors *without a copy*
-  (``torch.from_numpy``: the tensor shares the array's memory), NumPy scalars 0-d tensors; other
-  values (str, bytes, Python numbers, string arrays) pass unchanged. An array that is not writable
+  lists, tuples tuples, dicts dicts; a DataLoader's ``default_convert`` then makes tuples lists).
+  Numeric NumPy arrays become tensors *without a copy* (``torch.from_numpy``: the tensor shares
+  the array's memory), NumPy scalars 0-d tensors; other values (str, bytes, Python numbers,
+  string arrays) pass unchanged. An array that is not writable
   (e.g. ``np.frombuffer`` over bytes) or has negative strides is copied first, since PyTorch
   supports neither: only then is there a copy. With ``pin_memory=True`` each tensor is copied into
   pinned (page-locked) memory for fast, asynchronous host-to-device transfers; without an
@@ -26,6 +27,9 @@ Guarantees:
   closed or garbage-collected, e.g. after ``break``) or fails closes ``df``, which stops its
   workers; the next iteration resets it again. ``close()`` closes it explicitly. Errors raised by
   the dataflow (a ``WorkerError`` from its workers included) come out of the loader's loop.
+* **Stages with worker processes** (``MultiProcessMapDataZMQ``, ...) cannot run inside
+  DataLoader workers, which are daemonic: with ``num_workers > 0`` such a dataflow raises a
+  :class:`~dataflow.errors.DataFlowError` that says so. Use ``num_workers=0``.
 * **Length**: ``len(dataset)`` is ``len(df)`` where the dataflow knows it, else ``TypeError``
   (:class:`~dataflow.errors.UnknownLengthError`).
 * **Checkpoints** (``num_workers=0``): ``state_dict()`` / ``load_state_dict()`` forward to
@@ -34,12 +38,13 @@ Guarantees:
 
 ``num_workers > 0`` also works, without duplicates: in each DataLoader worker the dataset takes
 the shard ``shard(df, worker_id, num_workers, drop_remainder=False)``, so the union over workers is
-exactly one epoch of ``df`` (interleaved, in a worker-dependent order). Every worker runs the
-*whole* pipeline and skips the others' datapoints, and stages with their own workers (a
-parallel mapper) start them in every DataLoader worker: that is duplicated work, which is why
-``num_workers=0`` is the recommended setting. Random stages without ``seed=`` draw the same streams
-in every worker (seeded from the DataLoader's per-iteration base seed, or from
-``dataflow.set_seed`` when set), which keeps the workers' shards disjoint.
+exactly one epoch of ``df`` (interleaved, in a worker-dependent order). This needs every worker's
+copy of ``df`` to yield the same sequence: random stages without ``seed=`` draw the same streams in
+every worker (seeded from the DataLoader's per-iteration base seed, or from ``dataflow.set_seed``
+when set), but a parallel stage must be ``ordered=True, strict=True``. Every worker runs the
+*whole* pipeline and skips the others' datapoints, and thread-based parallel stages start their
+threads in every worker (logged as a warning): duplicated work, which is why ``num_workers=0`` is
+the recommended setting.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from typing import Any
 import numpy as np
 
 from dataflow.base import DataFlow
+from dataflow.errors import DataFlowError
 
 __all__ = ["to_torch"]  # DataFlowIterableDataset: defined on first access (needs torch)
 
@@ -104,6 +110,18 @@ def _can_pin(torch: Any) -> bool:
     return bool(torch.cuda.is_available())
 
 
+def _parallel_stage(df: DataFlow) -> str | None:
+    """The name of the first stage of ``df`` (following ``.ds``) that runs its own workers."""
+    from dataflow.parallel._base import _Lifecycle
+
+    seen = 0
+    while isinstance(df, DataFlow) and seen < 100:
+        if isinstance(df, _Lifecycle):
+            return type(df).__name__
+        df, seen = getattr(df, "ds", None), seen + 1
+    return None
+
+
 class _Bridge:
     """The dataset's logic, independent of ``IterableDataset`` (which needs torch to exist)."""
 
@@ -129,6 +147,12 @@ class _Bridge:
             # the same streams in every worker: their shards of one sequence stay disjoint
             set_seed(self._seed if self._seed is not None else info.seed - info.id)
             flow = ShardData(flow, info.id, info.num_workers, drop_remainder=False)
+            parallel = _parallel_stage(self.df)
+            if parallel is not None and info.id == 0:
+                _log.warning(
+                    "to_torch: each of the %d DataLoader workers runs its own copy of %s and "
+                    "keeps 1/%d of the results; use DataLoader(num_workers=0) and let the "
+                    "dataflow parallelize.", info.num_workers, parallel, info.num_workers)
         if info is not None:
             import multiprocessing.util
 
@@ -149,14 +173,23 @@ class _Bridge:
         return self._run(flow, _converter(torch, pin), in_worker)
 
     def _run(self, flow: DataFlow, convert: Any, in_worker: bool) -> Iterator[Any]:
-        if self._needs_reset:
-            flow.reset_state()
-            self._needs_reset = False
         finished = False
         try:
+            if self._needs_reset:
+                flow.reset_state()
+                self._needs_reset = False
             for dp in flow:
                 yield convert(dp)
             finished = True
+        except AssertionError as e:
+            if in_worker and "daemonic processes are not allowed to have children" in str(e):
+                raise DataFlowError(
+                    f"to_torch: {_parallel_stage(self.df) or 'a stage of the dataflow'} cannot "
+                    "start its worker processes inside a DataLoader worker (a daemonic process "
+                    "cannot have children). Use DataLoader(batch_size=None, num_workers=0) and "
+                    "let the dataflow parallelize."
+                ) from e
+            raise
         finally:
             # abandoned or failed: stop the flow's workers (a worker process always does)
             if not finished or in_worker:

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 import dataflow as df
-from dataflow.parallel import MultiProcessMapDataZMQ
+from dataflow.parallel import MultiProcessMapDataZMQ, MultiThreadMapData
 from dataflow.wrappers import BatchData, FilterData, MapData
 
 torch = pytest.importorskip("torch")
@@ -278,3 +278,30 @@ def test_tiny_linear_regression_trains():
     final = torch.nn.functional.mse_loss(model(torch.from_numpy(x)), torch.from_numpy(y))
     assert final.item() < 1e-6
     assert np.allclose(model.weight.detach().numpy().ravel(), w_true.ravel(), atol=1e-3)
+
+
+def test_parallel_stage_is_found_for_the_worker_warning():
+    from dataflow.torch import _parallel_stage
+
+    mapper = MultiProcessMapDataZMQ(_ints(4), 2, _double)  # not started
+    assert _parallel_stage(BatchData(mapper, 2)) == "MultiProcessMapDataZMQ"
+    assert _parallel_stage(BatchData(MapData(_ints(4), _double), 2)) is None
+    mapper.close()
+
+
+def test_process_stage_inside_dataloader_workers_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.5)
+    ds = to_torch(MultiProcessMapDataZMQ(_ints(8), 2, _double))
+    with pytest.raises(df.DataFlowError, match="MultiProcessMapDataZMQ cannot start its worker "
+                       r"processes inside a DataLoader worker .* num_workers=0\)") as excinfo:
+        list(DataLoader(ds, batch_size=None, num_workers=2))
+    del excinfo
+    gc.collect()
+    assert _wait_no_children() == []
+
+
+def test_ordered_thread_stage_inside_dataloader_workers():
+    # duplicated work, but exact: an ordered, strict mapper yields the same sequence everywhere
+    flow = MultiThreadMapData(_ints(30, shuffle=True), 2, _double, strict=True, ordered=True)
+    got = [dp[0].item() for dp in DataLoader(to_torch(flow), batch_size=None, num_workers=2)]
+    assert sorted(got) == list(range(0, 60, 2))
