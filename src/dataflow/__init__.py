@@ -53,6 +53,7 @@ from dataflow.serialize import (
     SVMLightData,
     TFRecordSerializer,
 )
+from dataflow.sharding import ShardData, shard
 from dataflow.sources import (
     DataFromGenerator,
     DataFromIterable,
@@ -82,7 +83,7 @@ from dataflow.wrappers import (
 )
 
 # submodules loaded on first access (kept out of __all__ so that `import *` stays light)
-_LAZY_SUBMODULES = ("dataset", "imgaug", "input_source")
+_LAZY_SUBMODULES = ("dataset", "imgaug", "input_source", "jax", "ray", "torch")
 
 
 def __getattr__(name: str):
@@ -150,6 +151,7 @@ __all__ = [
     "RepeatedDataPoint",
     "SVMLightData",
     "SelectComponent",
+    "ShardData",
     "StateMismatchError",
     "TFRecordSerializer",
     "TestDataSpeed",
@@ -160,4 +162,5 @@ __all__ = [
     "profile",
     "send_dataflow_zmq",
     "set_seed",
+    "shard",
 ]

@@ -142,7 +142,7 @@ class _Bridge:
         flow = self.df
         if info is not None and info.num_workers > 1:
             from dataflow.rng import set_seed
-            from dataflow.shard import ShardData
+            from dataflow.sharding import ShardData
 
             # the same streams in every worker: their shards of one sequence stay disjoint
             set_seed(self._seed if self._seed is not None else info.seed - info.id)

@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dataflow as df
-from dataflow.shard import ShardData, shard
+from dataflow.sharding import ShardData, shard
 from dataflow.state import StateMismatchError
 from dataflow.wrappers import BatchData, FilterData, MapDataComponent
 from tests.helpers import check_dataflow, check_resume

@@ -55,7 +55,7 @@ def _odd(dp):
 def test_import_is_lazy_and_missing_torch_names_the_extra():
     code = """
 import sys
-import dataflow, dataflow.torch, dataflow.jax, dataflow.shard
+import dataflow, dataflow.torch, dataflow.jax, dataflow.sharding
 assert "torch" not in sys.modules and "jax" not in sys.modules, "eager import"
 sys.modules["torch"] = None
 sys.modules["jax"] = None
