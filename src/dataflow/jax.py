@@ -43,6 +43,7 @@ Guarantees:
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import weakref
 from collections.abc import Iterator
@@ -51,11 +52,11 @@ from typing import Any
 import numpy as np
 
 from dataflow.base import DataFlow
+from dataflow.utils import map_numeric_arrays
 
 __all__ = ["JaxIterator", "to_jax"]
 
 _INSTALL = "pip install 'dataflow-reloaded[jax]'"
-_NUMERIC = frozenset("biufc")
 _RESET: weakref.WeakKeyDictionary[DataFlow, int] = weakref.WeakKeyDictionary()  # flow -> pid
 
 
@@ -91,19 +92,7 @@ def _placer(jax: Any, sharding: Any) -> Any:
 
 
 def _converter(place: Any) -> Any:
-    def convert(obj: Any) -> Any:
-        if isinstance(obj, np.ndarray | np.generic):
-            return place(obj) if obj.dtype.kind in _NUMERIC else obj
-        tp = type(obj)
-        if tp is list:
-            return [convert(x) for x in obj]
-        if tp is tuple:
-            return tuple(convert(x) for x in obj)
-        if isinstance(obj, dict):
-            return tp((k, convert(v)) for k, v in obj.items())
-        return obj
-
-    return convert
+    return functools.partial(map_numeric_arrays, fn=place)
 
 
 _END = object()

@@ -49,6 +49,7 @@ the recommended setting.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterator
@@ -58,12 +59,12 @@ import numpy as np
 
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowError
+from dataflow.utils import map_numeric_arrays
 
 __all__ = ["to_torch"]  # DataFlowIterableDataset: defined on first access (needs torch)
 
 _log = logging.getLogger(__name__)
 _INSTALL = "pip install 'dataflow-reloaded[torch]'"
-_NUMERIC = frozenset("biufc")  # bool, int, uint, float, complex
 
 
 def _import_torch() -> Any:
@@ -86,21 +87,7 @@ def _converter(torch: Any, pin: bool) -> Any:
         t = from_numpy(arr)
         return t.pin_memory() if pin else t
 
-    def convert(obj: Any) -> Any:
-        if isinstance(obj, np.ndarray):
-            return tensor(np.asarray(obj)) if obj.dtype.kind in _NUMERIC else obj
-        if isinstance(obj, np.generic):
-            return tensor(np.asarray(obj)) if obj.dtype.kind in _NUMERIC else obj
-        tp = type(obj)
-        if tp is list:
-            return [convert(x) for x in obj]
-        if tp is tuple:
-            return tuple(convert(x) for x in obj)
-        if isinstance(obj, dict):
-            return tp((k, convert(v)) for k, v in obj.items())
-        return obj
-
-    return convert
+    return functools.partial(map_numeric_arrays, fn=lambda x: tensor(np.asarray(x)))
 
 
 def _can_pin(torch: Any) -> bool:

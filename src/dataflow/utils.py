@@ -6,9 +6,18 @@ import os
 import sys
 from typing import Any
 
+import numpy as np
+
 from dataflow.rng import get_rng, set_seed
 
-__all__ = ["fix_rng_seed", "get_rng", "get_tqdm", "get_tqdm_kwargs", "shape2d"]
+__all__ = [
+    "fix_rng_seed",
+    "get_rng",
+    "get_tqdm",
+    "get_tqdm_kwargs",
+    "map_numeric_arrays",
+    "shape2d",
+]
 
 fix_rng_seed = set_seed  # tensorpack's name; ours derives distinct streams per stage and worker
 
@@ -51,3 +60,22 @@ def shape2d(a: Any) -> list[int]:
     if isinstance(a, list | tuple) and len(a) == 2:
         return [int(a[0]), int(a[1])]
     raise ValueError(f"Expected an int or a pair of ints, got {a!r}.")
+
+
+#: NumPy dtype kinds that frameworks take as tensors: bool, int, uint, float, complex
+NUMERIC_KINDS = frozenset("biufc")
+
+
+def map_numeric_arrays(obj: Any, fn: Any) -> Any:
+    """``obj`` with every numeric NumPy array or scalar replaced by ``fn(x)``, through lists,
+    tuples and dicts (their types kept); anything else is returned as it is."""
+    if isinstance(obj, np.ndarray | np.generic):
+        return fn(obj) if obj.dtype.kind in NUMERIC_KINDS else obj
+    tp = type(obj)
+    if tp is list:
+        return [map_numeric_arrays(x, fn) for x in obj]
+    if tp is tuple:
+        return tuple(map_numeric_arrays(x, fn) for x in obj)
+    if isinstance(obj, dict):
+        return tp((k, map_numeric_arrays(v, fn)) for k, v in obj.items())
+    return obj
