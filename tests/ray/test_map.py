@@ -6,6 +6,7 @@ import itertools
 import json
 import os
 import signal
+import threading
 import time
 from collections import Counter
 
@@ -13,7 +14,7 @@ import numpy as np
 import pytest
 
 from dataflow import rng as _rng
-from dataflow.errors import DataFlowReentrantError, WorkerError
+from dataflow.errors import DataFlowReentrantError, DataFlowTerminated, WorkerError
 from dataflow.ray import RayMapData
 from dataflow.sources import DataFromList
 from tests.helpers import check_resume
@@ -157,6 +158,20 @@ def test_close_kills_the_actors_and_is_idempotent(local_ray):
     ds.close()
 
 
+def test_close_from_another_thread_stops_the_iteration():
+    ds = RayMapData(flows.Range(10**6), flows.sleepy, 2)
+    it = iter(ds)
+    next(it)
+    closer = threading.Timer(0.3, ds.close)
+    closer.start()
+    start = time.monotonic()
+    with pytest.raises(DataFlowTerminated, match="RayMapData was closed while being iterated"):
+        for _ in it:
+            pass
+    assert time.monotonic() - start < 5
+    closer.join()
+
+
 def test_not_reentrant():
     with RayMapData(flows.Range(10), flows.double, 1, strict=True) as ds:
         it = iter(ds)
@@ -178,7 +193,8 @@ def test_arguments_are_validated():
         RayMapData(flows.Range(3), flows.double, 1, actor_options=1)
     ds = RayMapData(flows.Range(3), flows.double)  # num_workers: the cluster's CPUs
     assert ds.num_workers == 2
-    assert ds._chunk_size() == 16
+    assert ds._chunk_size() == 50  # buffer_size // (2 * num_workers)
+    assert RayMapData(flows.Range(3), flows.double, 2, buffer_size=1000)._chunk_size() == 64
     assert RayMapData(flows.Range(3), flows.double, strict=True)._chunk_size() == 1  # tiny epoch
     assert RayMapData(flows.Range(3), flows.double, 1, chunk_size=5)._chunk_size() == 5
 

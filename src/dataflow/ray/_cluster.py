@@ -11,13 +11,14 @@ import logging
 import os
 import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from dataflow import rng as _rng
-from dataflow.errors import WorkerError
+from dataflow.errors import DataFlowTerminated, WorkerError
 from dataflow.parallel._lifecycle import GLOBAL_RNG_KEY, THREAD_ENV_VARS
 
 __all__ = [
@@ -174,6 +175,8 @@ class ActorSlots:
         self.actors: list[Any] = []
         self.generation = [0] * n  # incremented by each replacement of the slot
         self.pids: list[int | None] = [None] * n
+        self.starting: dict[int, tuple[Any, float]] = {}  # replacements: (ready ref, deadline)
+        self.closed = False
 
     def start(self, make_args: Callable[[int], tuple]) -> None:
         """Create every actor and wait until they run (errors raised as ``WorkerError``)."""
@@ -183,31 +186,54 @@ class ActorSlots:
         try:
             self.pids = list(ray.get(refs, timeout=START_TIMEOUT))
         except ray.exceptions.GetTimeoutError as e:
-            cpus = ray.cluster_resources().get("CPU", 0)
-            raise WorkerError(
-                "GetTimeoutError",
-                f"{self.n} Ray actor(s) with options {self.options} did not start within "
-                f"{START_TIMEOUT:.0f} s (the cluster has {cpus:g} CPUs, and the actors of open "
-                "flows hold theirs until close()); lower `num_workers`, close other flows, or "
-                "ask for fewer resources per actor, e.g. actor_options={'num_cpus': 0.5}.",
-                stage=self.stage,
-            ) from e
+            raise self._timeout_error(self.n) from e
         except ray.exceptions.RayError as e:
             raise WorkerError(type(e).__name__, f"a Ray actor failed to start: {e}", str(e),
                               stage=self.stage) from e
 
+    def _timeout_error(self, n: int, worker_id: int | None = None) -> WorkerError:
+        cpus = self.ray.cluster_resources().get("CPU", 0)
+        return WorkerError(
+            "GetTimeoutError",
+            f"{n} Ray actor(s) with options {self.options} did not start within "
+            f"{START_TIMEOUT:.0f} s (the cluster has {cpus:g} CPUs, and the actors of open "
+            "flows hold theirs until close()); lower `num_workers`, close other flows, or "
+            "ask for fewer resources per actor, e.g. actor_options={'num_cpus': 0.5}.",
+            worker_id=worker_id, stage=self.stage,
+        )
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise DataFlowTerminated(f"{self.stage} was closed while being iterated")
+
     def replace(self, i: int, args: tuple) -> None:
         """Kill slot ``i``'s actor (if it still runs) and start a new one in its place."""
+        self.check_open()
         with contextlib.suppress(Exception):
             self.ray.kill(self.actors[i], no_restart=True)
-        self.actors[i] = self.remote_cls.remote(*args)
+        self.actors[i] = actor = self.remote_cls.remote(*args)
         self.generation[i] += 1
         self.pids[i] = None
+        self.starting[i] = (actor.ready.remote(), time.monotonic() + START_TIMEOUT)
         logger.warning("%s: the Ray actor of worker %d was lost; started a new one",
                        self.stage, i)
 
+    def check_starting(self) -> None:
+        """Note the replacements that started (their pids); raise for one that could not be
+        placed within ``START_TIMEOUT`` (its tasks would wait forever)."""
+        for i, (ref, deadline) in list(self.starting.items()):
+            ready, _ = self.ray.wait([ref], timeout=0)
+            if ready:
+                del self.starting[i]
+                with contextlib.suppress(self.ray.exceptions.RayError):
+                    self.pids[i] = self.ray.get(ref)  # (if it died: its tasks report that)
+            elif time.monotonic() > deadline:
+                raise self._timeout_error(1, i)
+
     def kill_all(self) -> None:
         ray = self.ray
+        self.closed = True
+        self.starting.clear()
         actors, self.actors = self.actors, []
         if not ray.is_initialized():
             return

@@ -10,7 +10,7 @@ from typing import Any
 from dataflow import rng as _rng
 from dataflow.base import DataFlow
 from dataflow.errors import WorkerError
-from dataflow.parallel._base import check_positive_int
+from dataflow.parallel._base import check_positive_int, known_length
 from dataflow.parallel._mapper import MapperBase
 from dataflow.parallel._worker import MapScheduler, map_loop
 from dataflow.ray._cluster import (
@@ -67,6 +67,7 @@ class _RayMapTransport:
         self._seq = 0
 
     def submit(self, chunk: list, retries: int = 0) -> None:
+        self.slots.check_open()
         w = min(range(self.slots.n), key=self.load.__getitem__)
         ref = self.slots.actors[w].map_chunk.remote(chunk)
         self._seq += 1
@@ -76,10 +77,13 @@ class _RayMapTransport:
     def receive(self, timeout: float) -> tuple | None:
         if self.pending:
             return self.pending.popleft()
+        self.slots.check_open()
         if not self.inflight:
             return None
         ray = self.ray
         ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
+        if self.slots.starting:
+            self.slots.check_starting()
         if not ready:
             return None
         ref = ready[0]
@@ -87,6 +91,7 @@ class _RayMapTransport:
         try:
             msgs = ray.get(ref)
         except ray.exceptions.RayError as e:
+            self.slots.check_open()  # (close() from another thread kills the actors)
             if not is_lost(ray, e):
                 self._pop(ref)
                 raise task_error(e, w, self.slots.stage, chunk[0][0]) from e
@@ -136,10 +141,12 @@ class RayMapData(MapperBase):
     * Each actor calls ``dataflow.rng.set_worker_info(i)`` and seeds ``random`` / ``np.random``
       from :mod:`dataflow.rng` (distinct per worker, reproducible under ``set_seed``).
 
-    Inputs travel in chunks of ``chunk_size`` (one Ray task each; default up to 16, fewer for
-    small buffers or epochs), so the per-task cost of Ray (~0.3 ms) does not dominate small
-    items. NumPy arrays in results come through Ray's object store without copies: they are
-    **read-only** views (``BatchData`` copies them anyway; copy one before writing into it).
+    Inputs travel in chunks of ``chunk_size`` (one Ray task each; by default
+    ``buffer_size // (2 * num_workers)``, at most 64, fewer for tiny strict epochs), so the
+    per-task cost of Ray does not dominate small items: on a cluster with many workers, raise
+    ``buffer_size`` with them. NumPy arrays in results come through Ray's object store
+    without copies: they are **read-only** views (``BatchData`` copies them anyway; copy one
+    before writing into it).
 
     Fault tolerance: when an actor is lost (its process or node died), its chunks in flight are
     sent to the other actors and the slot gets a new actor; a chunk lost more than
@@ -205,7 +212,16 @@ class RayMapData(MapperBase):
         self._transport: _RayMapTransport | None = None
 
     def _chunk_size(self) -> int:
-        return self.chunk_size if self.chunk_size is not None else super()._chunk_size()
+        """``chunk_size``, or by default up to 64 inputs per task: half of a worker's share of
+        the buffer (so each actor has a chunk queued behind the one it runs), at most a quarter
+        of a worker's share of a strict epoch (tiny epochs of heavy maps stay parallel)."""
+        if self.chunk_size is not None:
+            return self.chunk_size
+        share = self.buffer_size // (2 * self.num_workers)
+        n = known_length(self.ds) if self.strict else None
+        if n:
+            share = min(share, n // (4 * self.num_workers))
+        return max(1, min(64, share))
 
     def _start(self) -> None:
         ray = import_ray()

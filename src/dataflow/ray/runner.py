@@ -111,16 +111,20 @@ class _RayRunnerTransport:
     def receive(self, timeout: float) -> tuple | None:
         if self.pending:
             return self.pending.popleft()
+        self.slots.check_open()
         if not self.requests:
             return None
         ray = self.ray
         ready, _ = ray.wait(list(self.requests), num_returns=1, timeout=timeout)
+        if self.slots.starting:
+            self.slots.check_starting()
         if not ready:
             return None
         w = self.requests.pop(ready[0])
         try:
             msgs = ray.get(ready[0])
         except ray.exceptions.RayError as e:
+            self.slots.check_open()  # (close() from another thread kills the actors)
             if not is_lost(ray, e):
                 raise task_error(e, w, self.slots.stage) from e
             self._lost(w, e)
