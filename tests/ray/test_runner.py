@@ -135,3 +135,8 @@ def test_resume_continues_each_workers_stream():
     for w in (0, 1):
         seq = [i for wid, _, i in first + rest if wid == w]
         assert seq == list(range(len(seq)))
+
+
+def test_actors_use_one_thread_per_cpu_for_blas_and_opencv():
+    with RayRunner(flows.Cv2Threads(), 1) as r:
+        assert list(r) == [[1, "1"]]

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,7 @@ __all__ = [
     "RAY_EXTRA",
     "ActorSlots",
     "acquire_ray",
+    "actor_threads",
     "check_options",
     "import_ray",
     "is_lost",
@@ -104,11 +106,21 @@ def release_ray(owned: bool) -> None:
 # ---- inside an actor --------------------------------------------------------------------------
 
 
-def worker_setup(worker_id: int, global_seed: int | None, seed_globals: bool) -> None:
-    """First thing an actor runs: single-threaded BLAS/OpenCV, the worker id and seeds of
-    :mod:`dataflow.rng` (as the process back end's ``worker_bootstrap`` does)."""
+def worker_setup(worker_id: int, global_seed: int | None, seed_globals: bool,
+                 threads: int = 1) -> None:
+    """First thing an actor runs: BLAS/OpenCV limited to ``threads`` (the actor's CPUs), the
+    worker id and seeds of :mod:`dataflow.rng` (as the process back end's ``worker_bootstrap``
+    does).
+
+    Unpickling the actor's arguments may have imported OpenCV already (with a thread per core
+    of the node, which the other actors compete with): it is limited here. (An actor's process
+    is started fresh by Ray, not forked from a threaded parent: this is safe.)"""
     for k in THREAD_ENV_VARS:
-        os.environ[k] = "1"
+        os.environ[k] = str(threads)
+    cv2 = sys.modules.get("cv2")
+    if cv2 is not None:
+        with contextlib.suppress(Exception):
+            cv2.setNumThreads(threads)
     if global_seed is not None:
         _rng.set_seed(global_seed)
     _rng.set_worker_info(worker_id)
@@ -119,6 +131,11 @@ def worker_setup(worker_id: int, global_seed: int | None, seed_globals: bool) ->
 
 
 # ---- consumer side ----------------------------------------------------------------------------
+
+
+def actor_threads(options: dict[str, Any]) -> int:
+    """Threads for BLAS/OpenCV inside an actor: its whole CPUs, at least one."""
+    return max(1, int(options.get("num_cpus", 1)))
 
 
 def check_options(actor_options: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from dataflow.parallel._worker import MapScheduler, map_loop
 from dataflow.ray._cluster import (
     ActorSlots,
     acquire_ray,
+    actor_threads,
     check_options,
     import_ray,
     is_lost,
@@ -31,8 +32,8 @@ class _MapActor:
     """A Ray actor that maps chunks of ``(index, datapoint)`` with the engine's ``map_loop``."""
 
     def __init__(self, map_func: Callable[[Any], Any], worker_id: int, global_seed: int | None,
-                 stage: str) -> None:
-        worker_setup(worker_id, global_seed, seed_globals=True)
+                 stage: str, threads: int) -> None:
+        worker_setup(worker_id, global_seed, seed_globals=True, threads=threads)
         self.map_func, self.worker_id, self.stage = map_func, worker_id, stage
 
     def ready(self) -> int:
@@ -230,9 +231,10 @@ class RayMapData(MapperBase):
                                                        int(self.num_workers * cpus + 0.999)))
         stage = type(self).__name__
         func, seed = ray.put(self.map_func), _rng.get_seed()
+        threads = actor_threads(self.actor_options)
 
         def make_args(i: int) -> tuple:
-            return (func, i, seed, stage)
+            return (func, i, seed, stage, threads)
 
         self._slots = slots = ActorSlots(ray, _MapActor, self.num_workers, self.actor_options,
                                          stage)

@@ -22,6 +22,7 @@ from dataflow.parallel._worker import DATA, END, ERROR, STATE, WorkerStopped
 from dataflow.ray._cluster import (
     ActorSlots,
     acquire_ray,
+    actor_threads,
     check_options,
     import_ray,
     is_lost,
@@ -40,8 +41,8 @@ class _RunnerActor:
     """A Ray actor running ``runner_loop`` over its copy of ``ds`` into a bounded queue."""
 
     def __init__(self, ds: DataFlow, worker_id: int, global_seed: int | None, stage: str,
-                 start: tuple[Any, int] | None, num_prefetch: int) -> None:
-        _worker_setup(worker_id, global_seed, seed_globals=False)
+                 start: tuple[Any, int] | None, num_prefetch: int, threads: int) -> None:
+        _worker_setup(worker_id, global_seed, seed_globals=False, threads=threads)
         self.queue: queue.Queue = queue.Queue(num_prefetch)
         self.stop = stop = threading.Event()
         q = self.queue
@@ -222,10 +223,10 @@ class RayRunner(RunnerBase):
                                                        int(self.num_workers * cpus + 0.999)))
         # (the closures must not refer to self: no cycle, so that garbage collection closes it)
         ds_ref, seed, stage = ray.put(self.ds), _rng.get_seed(), type(self).__name__
-        prefetch = self.num_prefetch
+        prefetch, threads = self.num_prefetch, actor_threads(self.actor_options)
 
         def make_args(i: int, start: tuple[Any, int] | None) -> tuple:
-            return (ds_ref, i, seed, stage, start, prefetch)
+            return (ds_ref, i, seed, stage, start, prefetch, threads)
 
         starts = [self._worker_start(i) for i in range(self.num_workers)]
         self._slots = slots = ActorSlots(ray, _RunnerActor, self.num_workers,
