@@ -17,6 +17,7 @@ from dataflow import rng as _rng
 from dataflow.errors import DataFlowReentrantError, DataFlowTerminated, WorkerError
 from dataflow.ray import RayMapData
 from dataflow.sources import DataFromList
+from dataflow.state import StateMismatchError
 from tests.helpers import check_resume
 from tests.parallel import flows
 from tests.ray import flows as rflows
@@ -231,3 +232,12 @@ def test_resume_delivers_the_rest_once(strict, ordered):
         assert first + rest == list(range(30))
     else:
         assert Counter(first + rest) == Counter(range(30))
+
+
+def test_a_state_of_another_dataset_size_is_refused():
+    state = RayMapData(flows.Range(10), flows.double, 1, strict=True).state_dict()
+    with pytest.raises(StateMismatchError, match="RayMapData") as ei:
+        RayMapData(flows.Range(12), flows.double, 1, strict=True).load_state_dict(state)
+    assert "size" in str(ei.value)
+    assert "12" in str(ei.value)
+    assert "10" in str(ei.value)
