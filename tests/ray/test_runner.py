@@ -51,6 +51,7 @@ def test_unknown_length_and_empty_flows():
 
 def test_worker_exception_surfaces_with_remote_traceback():
     with RayRunner(flows.Range(10, fail_at=4), 2) as r:
+        r.reset_state()  # (the actors' start-up is not part of the delay)
         start = time.monotonic()
         with pytest.raises(WorkerError) as ei:
             list(itertools.chain(r, r, r))
