@@ -28,6 +28,7 @@ __all__ = [
     "acquire_ray",
     "actor_threads",
     "check_options",
+    "describe",
     "import_ray",
     "is_lost",
     "release_ray",
@@ -156,6 +157,12 @@ def is_lost(ray: Any, exc: BaseException) -> bool:
     return isinstance(exc, ray.exceptions.RayError) and not isinstance(
         exc, ray.exceptions.RayTaskError
     )
+
+
+def describe(exc: BaseException, limit: int = 300) -> str:
+    """``Type: message`` of a Ray error, cut to ``limit`` characters (Ray's are verbose)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def task_error(exc: BaseException, worker_id: int, stage: str, index: int | None = None

@@ -18,6 +18,7 @@ from dataflow.ray._cluster import (
     acquire_ray,
     actor_threads,
     check_options,
+    describe,
     import_ray,
     is_lost,
     release_ray,
@@ -116,7 +117,7 @@ class _RayMapTransport:
             raise WorkerError(
                 "WorkerDied",
                 f"the Ray actor of worker {w} was lost while mapping {len(chunk)} input(s), "
-                f"after {retries} retries of them ({type(exc).__name__}: {exc}). A node or "
+                f"after {retries} retries of them ({describe(exc)}). A node or "
                 "process died; if map_func itself crashes the process on these inputs, fix it, "
                 "else raise `max_retries`.",
                 worker_id=w, index=chunk[0][0], stage=self.slots.stage,

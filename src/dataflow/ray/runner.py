@@ -24,6 +24,7 @@ from dataflow.ray._cluster import (
     acquire_ray,
     actor_threads,
     check_options,
+    describe,
     import_ray,
     is_lost,
     release_ray,
@@ -152,7 +153,7 @@ class _RayRunnerTransport:
             raise WorkerError(
                 "WorkerDied",
                 f"the Ray actor of worker {w} was lost {self.failures[w]} times in a row "
-                f"({type(exc).__name__}: {exc}). A node or process died; if the flow itself "
+                f"({describe(exc)}). A node or process died; if the flow itself "
                 "crashes its process, fix it, else raise `max_retries`.",
                 worker_id=w, stage=self.slots.stage,
             ) from exc
@@ -189,6 +190,14 @@ class RayRunner(RunnerBase):
     ``state_dict()`` / ``load_state_dict()``: as :meth:`RunnerBase.state_dict
     <dataflow.parallel._base.RunnerBase.state_dict>`: each worker's stream continues right after
     its last delivered datapoint.
+
+    Args:
+        ds: the flow to copy into each actor (pickled with cloudpickle; the modules it uses must
+            be importable on the nodes).
+        num_workers: number of actors.
+        num_prefetch: datapoints each actor prepares ahead of the consumer.
+        chunk_size: at most this many datapoints per request to an actor.
+        address, actor_options, max_retries: as for :class:`~dataflow.ray.RayMapData`.
     """
 
     def __init__(
