@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import time
+import uuid
+from pathlib import Path
 
+import psutil
 import pytest
 
 from dataflow.ray import RayMapData, RayRunner
@@ -42,6 +47,7 @@ def test_flows_start_a_local_ray_and_the_last_close_stops_it():
     assert wait_no_children() == []
 
 
+@pytest.mark.slow
 def test_connects_to_a_cluster_by_address():
     head = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent("""
@@ -88,3 +94,38 @@ def test_without_ray_the_module_imports_and_the_classes_name_the_extra():
                          check=True, timeout=60).stdout.splitlines()
     assert out == ["the Ray back end of dataflow needs Ray, which is not installed: "
                    "pip install 'dataflow-reloaded[ray]'"] * 2
+
+
+def _with_marker(marker: str) -> list[int]:
+    """Pids of the processes whose environment holds ``marker`` (and so descend from the
+    process it was given to)."""
+    pids = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("DATAFLOW_RAY_TEST") == marker:
+                pids.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return pids
+
+
+def test_an_unclosed_flow_leaves_nothing_after_exit():
+    marker = uuid.uuid4().hex
+    code = textwrap.dedent("""
+        import itertools
+        from dataflow.ray import RayMapData
+        from tests.parallel import flows
+        ds = RayMapData(flows.Range(100), flows.double, 1)  # never closed
+        print([dp[0] for dp in itertools.islice(ds, 5)])
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "DATAFLOW_RAY_TEST": marker}, capture_output=True, text=True,
+        timeout=60, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines()[-1] == "[0, 2, 4, 6, 8]"
+    deadline = time.monotonic() + 10
+    while _with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _with_marker(marker) == []

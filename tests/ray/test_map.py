@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 import os
@@ -159,6 +160,15 @@ def test_close_kills_the_actors_and_is_idempotent(local_ray):
     ds.reset_state()  # starts again
     assert sorted(dp[0] for dp in ds) == list(range(0, 16, 2))
     ds.close()
+
+
+def test_garbage_collection_kills_the_actors():
+    ds = RayMapData(flows.Range(10), flows.double, 1, strict=True)
+    assert len(list(ds)) == 10
+    pids = ds.worker_pids()
+    del ds
+    gc.collect()
+    assert all(pid_gone(p) for p in pids)
 
 
 def test_close_from_another_thread_stops_the_iteration():
