@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import random
 import sys
@@ -31,6 +32,7 @@ __all__ = [
     "describe",
     "import_ray",
     "is_lost",
+    "local_cpus",
     "release_ray",
     "task_error",
     "worker_setup",
@@ -65,14 +67,23 @@ class _Session:
     users = 0
 
 
-def acquire_ray(address: str | None, num_cpus: int) -> bool:
+def local_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask, else the machine's)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def acquire_ray(address: str | None, cpus_needed: float) -> bool:
     """Make sure Ray is initialized; return whether the caller must :func:`release_ray`.
 
-    If Ray is already initialized (``ray.init()`` called by the user), it is used as is and never
-    shut down by dataflow. Otherwise dataflow calls ``ray.init()``: connecting to ``address``,
-    or starting a local Ray with ``num_cpus`` CPUs; it is shut down when the last flow that
-    uses it is closed.
+    If Ray is already initialized (``ray.init()`` called by the user), it is used as is (and
+    ``address`` ignored) and never shut down by dataflow. Otherwise dataflow calls
+    ``ray.init()``: connecting to ``address``, or starting a local Ray with one CPU per core
+    (at least ``cpus_needed``); it is shut down when the last flow that uses it is closed.
     """
+    num_cpus = max(local_cpus(), math.ceil(cpus_needed))
     ray = import_ray()
     with _Session.lock:
         if ray.is_initialized():

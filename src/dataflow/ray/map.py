@@ -21,6 +21,7 @@ from dataflow.ray._cluster import (
     describe,
     import_ray,
     is_lost,
+    local_cpus,
     release_ray,
     task_error,
     worker_setup,
@@ -157,7 +158,7 @@ class RayMapData(MapperBase):
 
     Ray: if ``ray.is_initialized()``, that Ray is used (and never shut down here). Otherwise
     ``reset_state()`` calls ``ray.init(address=address)`` (``None``: a local Ray with
-    ``max(os.cpu_count(), num_workers)`` CPUs) and ``close()`` shuts it down once no flow uses
+    one CPU per core, at least ``num_workers``) and ``close()`` shuts it down once no flow uses
     it. ``close()`` kills every actor.
 
     Resumable (``state_dict()`` / ``load_state_dict()``) as the other mappers: exact with
@@ -228,8 +229,7 @@ class RayMapData(MapperBase):
     def _start(self) -> None:
         ray = import_ray()
         cpus = float(self.actor_options.get("num_cpus", 1))
-        self._owns_ray = acquire_ray(self.address, max(os.cpu_count() or 1,
-                                                       int(self.num_workers * cpus + 0.999)))
+        self._owns_ray = acquire_ray(self.address, self.num_workers * cpus)
         stage = type(self).__name__
         func, seed = ray.put(self.map_func), _rng.get_seed()
         threads = actor_threads(self.actor_options)
@@ -263,7 +263,7 @@ def _default_workers(ray: Any, address: str | None) -> int:
     if ray.is_initialized():
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
     if address is None:
-        return os.cpu_count() or 1
+        return local_cpus()
     raise ValueError(
         f"`num_workers` must be given when connecting to a cluster with address={address!r} "
         "(dataflow does not connect before reset_state()); pass e.g. num_workers=8, or call "

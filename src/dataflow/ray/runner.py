@@ -228,8 +228,7 @@ class RayRunner(RunnerBase):
     def _start(self) -> None:
         ray = import_ray()
         cpus = float(self.actor_options.get("num_cpus", 1))
-        self._owns_ray = acquire_ray(self.address, max(os.cpu_count() or 1,
-                                                       int(self.num_workers * cpus + 0.999)))
+        self._owns_ray = acquire_ray(self.address, self.num_workers * cpus)
         # (the closures must not refer to self: no cycle, so that garbage collection closes it)
         ds_ref, seed, stage = ray.put(self.ds), _rng.get_seed(), type(self).__name__
         prefetch, threads = self.num_prefetch, actor_threads(self.actor_options)
