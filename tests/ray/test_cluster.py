@@ -47,24 +47,43 @@ def test_flows_start_a_local_ray_and_the_last_close_stops_it():
     assert wait_no_children() == []
 
 
+def _with_marker(marker: str) -> list[int]:
+    """Pids of the processes whose environment holds ``marker`` (and so descend from the
+    process it was given to)."""
+    pids = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("DATAFLOW_RAY_TEST") == marker:
+                pids.append(proc.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return pids
+
+
 @pytest.mark.slow
-def test_connects_to_a_cluster_by_address():
+def test_connects_to_a_cluster_by_address_and_an_unclosed_flow_leaves_nothing_at_exit():
+    # the "cluster": another process whose flow started a local Ray; it never closes that flow
+    marker = uuid.uuid4().hex
     head = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent("""
-            import sys, ray
-            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+            import itertools, sys, ray
+            from dataflow.ray import RayMapData
+            from tests.parallel import flows
+            ds = RayMapData(flows.Range(100), flows.double, 1)  # never closed
+            print([dp[0] for dp in itertools.islice(ds, 5)], flush=True)
             print(ray.get_runtime_context().gcs_address, flush=True)
             sys.stdin.read()
-            ray.shutdown()
         """)],
+        cwd=Path(__file__).resolve().parents[2], env={**os.environ, "DATAFLOW_RAY_TEST": marker},
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     try:
+        assert head.stdout.readline() == "[0, 2, 4, 6, 8]\n"
         address = head.stdout.readline().strip()
         assert ":" in address
         with pytest.raises(ValueError, match="`num_workers` must be given when connecting"):
             RayMapData(flows.Range(3), flows.double, address=address)
-        m = RayMapData(flows.Range(30), flows.double, 2, strict=True, address=address)
+        m = RayMapData(flows.Range(30), flows.double, 1, strict=True, address=address)
         assert sorted(dp[0] for dp in m) == list(range(0, 60, 2))
         assert ray.is_initialized()
         assert ray.get_runtime_context().gcs_address == address
@@ -75,6 +94,10 @@ def test_connects_to_a_cluster_by_address():
         head.stdin.close()
         assert head.wait(30) == 0
         head.stdout.close()
+    deadline = time.monotonic() + 10  # the head's exit took its Ray along
+    while _with_marker(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _with_marker(marker) == []
 
 
 def test_without_ray_the_module_imports_and_the_classes_name_the_extra():
@@ -94,38 +117,3 @@ def test_without_ray_the_module_imports_and_the_classes_name_the_extra():
                          check=True, timeout=60).stdout.splitlines()
     assert out == ["the Ray back end of dataflow needs Ray, which is not installed: "
                    "pip install 'dataflow-reloaded[ray]'"] * 2
-
-
-def _with_marker(marker: str) -> list[int]:
-    """Pids of the processes whose environment holds ``marker`` (and so descend from the
-    process it was given to)."""
-    pids = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("DATAFLOW_RAY_TEST") == marker:
-                pids.append(proc.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return pids
-
-
-def test_an_unclosed_flow_leaves_nothing_after_exit():
-    marker = uuid.uuid4().hex
-    code = textwrap.dedent("""
-        import itertools
-        from dataflow.ray import RayMapData
-        from tests.parallel import flows
-        ds = RayMapData(flows.Range(100), flows.double, 1)  # never closed
-        print([dp[0] for dp in itertools.islice(ds, 5)])
-    """)
-    proc = subprocess.run(
-        [sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2],
-        env={**os.environ, "DATAFLOW_RAY_TEST": marker}, capture_output=True, text=True,
-        timeout=60, check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.splitlines()[-1] == "[0, 2, 4, 6, 8]"
-    deadline = time.monotonic() + 10
-    while _with_marker(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert _with_marker(marker) == []
