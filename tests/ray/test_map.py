@@ -13,6 +13,8 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dataflow import rng as _rng
 from dataflow.errors import DataFlowReentrantError, DataFlowTerminated, WorkerError
@@ -40,6 +42,18 @@ def test_strict_epochs_are_exact(ordered):
                 assert Counter(got) == Counter(range(50))
 
 
+@settings(max_examples=4, deadline=None)
+@given(n=st.integers(0, 40), buffer_size=st.integers(1, 30), chunk_size=st.integers(1, 12),
+       num_workers=st.integers(1, 2), ordered=st.booleans())
+def test_strict_is_the_serial_map_for_any_sizes(n, buffer_size, chunk_size, num_workers,
+                                                ordered):
+    with RayMapData(flows.Range(n), flows.double_unless_3, num_workers, strict=True,
+                    ordered=ordered, buffer_size=buffer_size, chunk_size=chunk_size) as ds:
+        got = [dp[0] for dp in ds]
+    want = [2 * i for i in range(n) if i % 3]
+    assert (got if ordered else sorted(got)) == want
+
+
 def test_strict_small_buffer_and_nones():
     with RayMapData(flows.Range(40), flows.drop_odd, 2, strict=True, buffer_size=3) as ds:
         assert sorted(dp[0] for dp in ds) == list(range(0, 40, 2))
@@ -60,6 +74,7 @@ def test_arrays_come_through_the_object_store():
         assert img.shape == (64, 64, 3)
         assert img.dtype == np.uint8
         assert np.array_equal(img, np.full((64, 64, 3), i, np.uint8))
+        assert not img.flags.writeable  # a view of the object store, not a copy
 
 
 def test_map_error_surfaces_with_remote_traceback():
