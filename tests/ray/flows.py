@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -73,3 +74,8 @@ class AlwaysDie(DataFlow):
 
 def image(dp: list) -> list:
     return [dp[0], np.full((64, 64, 3), dp[0] % 251, np.uint8)]
+
+
+def lock_result(dp: list) -> list:
+    """A result that cannot be serialized (cloudpickle refuses locks)."""
+    return [dp[0], threading.Lock()]

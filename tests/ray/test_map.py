@@ -94,6 +94,18 @@ def test_map_error_surfaces_with_remote_traceback():
     ds.close()
 
 
+def test_a_result_ray_cannot_serialize_raises():
+    ds = RayMapData(flows.Range(10), rflows.lock_result, 1, strict=True)
+    with pytest.raises(WorkerError) as ei:
+        list(ds)
+    ds.close()
+    err = ei.value
+    assert err.exc_type == "TypeError"
+    assert "cannot pickle '_thread.lock' object" in err.exc_message
+    assert isinstance(err.__cause__, TypeError)
+    assert err.index == 0
+
+
 def test_after_an_error_the_next_iteration_starts_fresh_actors():
     with RayMapData(flows.Range(10), flows.fail_at_7, 1, strict=True, ordered=True) as ds:
         with pytest.raises(WorkerError):
