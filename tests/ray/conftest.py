@@ -3,6 +3,7 @@ it), and the check that none of its processes outlive it."""
 
 from __future__ import annotations
 
+import signal
 import time
 
 import psutil
@@ -35,9 +36,11 @@ def local_ray():
     """``ray.init(num_cpus=2)`` for the package; after ``ray.shutdown()`` no process is left."""
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
+    sigterm = signal.getsignal(signal.SIGTERM)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield ray
     ray.shutdown()
+    signal.signal(signal.SIGTERM, sigterm)  # (ray.init() replaced it, for the tests after these)
     assert wait_no_children() == []
 
 

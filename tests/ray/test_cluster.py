@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -31,6 +32,7 @@ def _no_ray_before_and_after():
 
 
 def test_flows_start_a_local_ray_and_the_last_close_stops_it():
+    sigterm = signal.getsignal(signal.SIGTERM)
     m = RayMapData(flows.Range(20), flows.double, 1, strict=True, ordered=True)
     r = RayRunner(flows.Range(5), 1)  # (each actor holds one of the 2 CPUs)
     assert not ray.is_initialized()  # nothing starts before reset_state()
@@ -43,6 +45,7 @@ def test_flows_start_a_local_ray_and_the_last_close_stops_it():
     assert [dp[0] for dp in r] == list(range(5))
     r.close()
     assert not ray.is_initialized()
+    assert signal.getsignal(signal.SIGTERM) is sigterm  # Ray's handler is gone with it
     r.close()
     assert wait_no_children() == []
 

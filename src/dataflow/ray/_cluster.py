@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -65,6 +66,11 @@ class _Session:
     lock = threading.Lock()
     started = False
     users = 0
+    sigterm: Any = None  # the SIGTERM handler before ray.init() replaced it
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def local_cpus() -> int:
@@ -96,6 +102,9 @@ def acquire_ray(address: str | None, cpus_needed: float) -> bool:
             kwargs.update(num_cpus=num_cpus, include_dashboard=False)
         else:
             kwargs["address"] = address
+        # ray.init() (from the main thread) installs its own SIGTERM handler, which outlives
+        # ray.shutdown() and would be inherited by forked processes: restored at shutdown
+        _Session.sigterm = signal.getsignal(signal.SIGTERM) if _main_thread() else None
         ray.init(**kwargs)
         _Session.started, _Session.users = True, 1
         return True
@@ -113,6 +122,9 @@ def release_ray(owned: bool) -> None:
         _Session.started, _Session.users = False, 0
         with contextlib.suppress(Exception):
             ray.shutdown()
+        if _Session.sigterm is not None and _main_thread():
+            signal.signal(signal.SIGTERM, _Session.sigterm)
+        _Session.sigterm = None
 
 
 # ---- inside an actor --------------------------------------------------------------------------
