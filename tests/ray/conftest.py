@@ -3,11 +3,12 @@ it), and the check that none of its processes outlive it."""
 
 from __future__ import annotations
 
-import signal
 import time
 
 import psutil
 import pytest
+
+from dataflow.ray._cluster import RayHooks
 
 
 def ray_children() -> list[str]:
@@ -36,11 +37,12 @@ def local_ray():
     """``ray.init(num_cpus=2)`` for the package; after ``ray.shutdown()`` no process is left."""
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
-    sigterm = signal.getsignal(signal.SIGTERM)
+    hooks = RayHooks()  # (for the tests after these: Ray's SIGTERM handler, env, excepthook)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    hooks.after_init()
     yield ray
     ray.shutdown()
-    signal.signal(signal.SIGTERM, sigterm)  # (ray.init() replaced it, for the tests after these)
+    hooks.restore()
     assert wait_no_children() == []
 
 

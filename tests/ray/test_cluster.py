@@ -32,7 +32,8 @@ def _no_ray_before_and_after():
 
 
 def test_flows_start_a_local_ray_and_the_last_close_stops_it():
-    sigterm = signal.getsignal(signal.SIGTERM)
+    sigterm, excepthook = signal.getsignal(signal.SIGTERM), sys.excepthook
+    breakpoint_hook = os.environ.get("PYTHONBREAKPOINT")
     m = RayMapData(flows.Range(20), flows.double, 1, strict=True, ordered=True)
     r = RayRunner(flows.Range(5), 1)  # (each actor holds one of the 2 CPUs)
     assert not ray.is_initialized()  # nothing starts before reset_state()
@@ -45,7 +46,10 @@ def test_flows_start_a_local_ray_and_the_last_close_stops_it():
     assert [dp[0] for dp in r] == list(range(5))
     r.close()
     assert not ray.is_initialized()
-    assert signal.getsignal(signal.SIGTERM) is sigterm  # Ray's handler is gone with it
+    # the hooks Ray installed for the driver are gone with it
+    assert signal.getsignal(signal.SIGTERM) is sigterm
+    assert sys.excepthook is excepthook
+    assert os.environ.get("PYTHONBREAKPOINT") == breakpoint_hook
     r.close()
     assert wait_no_children() == []
 

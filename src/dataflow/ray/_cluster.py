@@ -27,6 +27,7 @@ from dataflow.parallel._lifecycle import GLOBAL_RNG_KEY, THREAD_ENV_VARS
 __all__ = [
     "RAY_EXTRA",
     "ActorSlots",
+    "RayHooks",
     "acquire_ray",
     "actor_threads",
     "check_options",
@@ -60,17 +61,59 @@ def import_ray() -> Any:
 # ---- the Ray session --------------------------------------------------------------------------
 
 
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+class RayHooks:
+    """The process-wide hooks that ``ray.init()`` installs for a driver and ``ray.shutdown()``
+    leaves behind: a SIGTERM handler (inherited by forked processes), ``sys.excepthook`` and
+    ``PYTHONBREAKPOINT`` (``breakpoint()`` would start Ray's remote debugger). (The ``RAY_*``
+    environment variables it sets are kept: a later ``ray.init()`` in the process needs them.)
+
+    Create it before ``ray.init()``, call :meth:`after_init` after it and :meth:`restore` after
+    ``ray.shutdown()``: what Ray set and nobody changed since is put back as it was.
+    """
+
+    ENV = ("PYTHONBREAKPOINT",)
+
+    def __init__(self) -> None:
+        self.sigterm = signal.getsignal(signal.SIGTERM) if _main_thread() else None
+        self.excepthook = sys.excepthook
+        self.env = {k: os.environ.get(k) for k in self.ENV}
+        self.ray_sigterm: Any = None
+        self.ray_excepthook: Any = None
+        self.ray_env: dict[str, str | None] = {}
+
+    def after_init(self) -> None:
+        if self.sigterm is not None:
+            self.ray_sigterm = signal.getsignal(signal.SIGTERM)
+        self.ray_excepthook = sys.excepthook
+        self.ray_env = {k: os.environ.get(k) for k in self.ENV}
+
+    def restore(self) -> None:
+        if (self.sigterm is not None and _main_thread()
+                and signal.getsignal(signal.SIGTERM) is self.ray_sigterm):
+            signal.signal(signal.SIGTERM, self.sigterm)
+        if sys.excepthook is self.ray_excepthook:
+            sys.excepthook = self.excepthook
+        for k, v in self.ray_env.items():
+            before = self.env[k]
+            if os.environ.get(k) != v or v == before:
+                continue  # not set by Ray, or changed since: not ours to undo
+            if before is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = before
+
+
 class _Session:
     """The Ray this module started (or connected to) for the pipelines, and how many use it."""
 
     lock = threading.Lock()
     started = False
     users = 0
-    sigterm: Any = None  # the SIGTERM handler before ray.init() replaced it
-
-
-def _main_thread() -> bool:
-    return threading.current_thread() is threading.main_thread()
+    hooks: RayHooks | None = None
 
 
 def local_cpus() -> int:
@@ -102,11 +145,10 @@ def acquire_ray(address: str | None, cpus_needed: float) -> bool:
             kwargs.update(num_cpus=num_cpus, include_dashboard=False)
         else:
             kwargs["address"] = address
-        # ray.init() (from the main thread) installs its own SIGTERM handler, which outlives
-        # ray.shutdown() and would be inherited by forked processes: restored at shutdown
-        _Session.sigterm = signal.getsignal(signal.SIGTERM) if _main_thread() else None
+        hooks = RayHooks()
         ray.init(**kwargs)
-        _Session.started, _Session.users = True, 1
+        hooks.after_init()
+        _Session.started, _Session.users, _Session.hooks = True, 1, hooks
         return True
 
 
@@ -122,9 +164,9 @@ def release_ray(owned: bool) -> None:
         _Session.started, _Session.users = False, 0
         with contextlib.suppress(Exception):
             ray.shutdown()
-        if _Session.sigterm is not None and _main_thread():
-            signal.signal(signal.SIGTERM, _Session.sigterm)
-        _Session.sigterm = None
+        if _Session.hooks is not None:
+            _Session.hooks.restore()
+            _Session.hooks = None
 
 
 # ---- inside an actor --------------------------------------------------------------------------
