@@ -285,9 +285,10 @@ class ActorSlots:
         return WorkerError(
             "GetTimeoutError",
             f"{n} Ray actor(s) with options {self.options} did not start within "
-            f"{START_TIMEOUT:.0f} s (the cluster has {cpus:g} CPUs, and the actors of open "
-            "flows hold theirs until close()); lower `num_workers`, close other flows, or "
-            "ask for fewer resources per actor, e.g. actor_options={'num_cpus': 0.5}.",
+            f"{START_TIMEOUT:.0f} s: the cluster has {cpus:g} CPUs, and the actors of open "
+            "flows hold theirs until close() (lower `num_workers`, close other flows, or ask "
+            "for fewer resources per actor, e.g. actor_options={'num_cpus': 0.5}), or Ray "
+            "could not create them (see its logs).",
             worker_id=worker_id, stage=self.stage,
         )
 
