@@ -79,3 +79,27 @@ def image(dp: list) -> list:
 def lock_result(dp: list) -> list:
     """A result that cannot be serialized (cloudpickle refuses locks)."""
     return [dp[0], threading.Lock()]
+
+
+def _load_elsewhere(pid: int) -> int:
+    if os.getpid() == pid:
+        raise RuntimeError("this result cannot be loaded in the consumer")
+    return pid
+
+
+class _LoadsElsewhere:
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    def __reduce__(self) -> tuple:
+        return (_load_elsewhere, (self.pid,))
+
+
+class ResultTheConsumerCannotLoad:
+    """``[x, obj]`` where unpickling ``obj`` fails in the consumer's process only."""
+
+    def __init__(self) -> None:
+        self.consumer = os.getpid()
+
+    def __call__(self, dp: list) -> list:
+        return [dp[0], _LoadsElsewhere(self.consumer)]

@@ -106,6 +106,18 @@ def test_a_result_ray_cannot_serialize_raises():
     assert err.index == 0
 
 
+def test_a_result_the_consumer_cannot_deserialize_raises_without_retries():
+    ds = RayMapData(flows.Range(10), rflows.ResultTheConsumerCannotLoad(), 1, strict=True)
+    ds.reset_state()
+    start = time.monotonic()
+    with pytest.raises(WorkerError) as ei:
+        list(ds)
+    assert time.monotonic() - start < 5
+    ds.close()
+    assert ei.value.exc_type == "ray.exceptions.RaySystemError"
+    assert "this result cannot be loaded in the consumer" in ei.value.exc_message
+
+
 def test_after_an_error_the_next_iteration_starts_fresh_actors():
     with RayMapData(flows.Range(10), flows.fail_at_7, 1, strict=True, ordered=True) as ds:
         with pytest.raises(WorkerError):

@@ -216,12 +216,19 @@ def check_options(actor_options: Any) -> dict[str, Any]:
     return {"num_cpus": 1, **actor_options}
 
 
+#: Ray errors (names in ``ray.exceptions``) that mean a task or its actor was lost: its
+#: process or node died or was killed (out of memory included), or its result was lost with them
+LOST_ERRORS = ("RayActorError", "ObjectLostError", "WorkerCrashedError", "NodeDiedError",
+               "OutOfMemoryError")
+
+
 def is_lost(ray: Any, exc: BaseException) -> bool:
-    """Whether ``exc`` (from ``ray.get``) means the task or its actor was lost (node or process
-    died, object lost), as opposed to an error raised by the task's own code."""
-    return isinstance(exc, ray.exceptions.RayError) and not isinstance(
-        exc, ray.exceptions.RayTaskError
-    )
+    """Whether ``exc`` (from ``ray.get``) means the task or its actor was lost, which a retry
+    elsewhere can fix, as opposed to an error of the task itself (raised by its code, or a
+    result that cannot be serialized or deserialized), which is reported at once."""
+    kinds = tuple(getattr(ray.exceptions, name) for name in LOST_ERRORS
+                  if hasattr(ray.exceptions, name))
+    return isinstance(exc, kinds)
 
 
 def describe(exc: BaseException, limit: int = 300) -> str:
@@ -232,8 +239,9 @@ def describe(exc: BaseException, limit: int = 300) -> str:
 
 def task_error(exc: BaseException, worker_id: int, stage: str, index: int | None = None
                ) -> WorkerError:
-    """A ``WorkerError`` for an error the actor's method raised itself (e.g. a result that
-    Ray could not serialize); ``map_func`` errors travel as values instead."""
+    """A ``WorkerError`` for an error of a task that is not a loss: the actor's method raised
+    (e.g. a result Ray could not serialize), or its result cannot be deserialized here.
+    (``map_func`` errors travel as values instead.)"""
     cause = getattr(exc, "cause", None)
     typ = type(cause) if isinstance(cause, BaseException) else type(exc)
     name = typ.__qualname__
