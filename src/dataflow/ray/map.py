@@ -151,10 +151,12 @@ class RayMapData(MapperBase):
     without copies: they are **read-only** views (``BatchData`` copies them anyway; copy one
     before writing into it).
 
-    Fault tolerance: when an actor is lost (its process or node died), its chunks in flight are
-    sent to the other actors and the slot gets a new actor; a chunk lost more than
-    ``max_retries`` times raises ``WorkerError("WorkerDied", ...)``. No input is lost or mapped
-    twice into the output: strict epochs still yield every result exactly once.
+    Fault tolerance: when an actor is lost (its process or node died, or it ran out of memory),
+    its chunks in flight are sent again (mapped anew) and the slot gets a new actor; the chunk
+    it was running counts a retry, and one lost more than ``max_retries`` times raises
+    ``WorkerError("WorkerDied", ...)``. No result is lost or delivered twice: strict epochs
+    still yield every result exactly once. Other Ray errors (a result that cannot be serialized
+    or deserialized) are raised at once as ``WorkerError``.
 
     Ray: if ``ray.is_initialized()``, that Ray is used (and never shut down here). Otherwise
     ``reset_state()`` calls ``ray.init(address=address)`` (``None``: a local Ray with
