@@ -113,5 +113,10 @@ def test_validation_messages(results):
     ]
 
 
-def test_jax_is_not_in_this_process():
-    assert "jax" not in sys.modules
+def test_jax_backend_never_starts_in_this_process():
+    # TensorFlow 2.21 imports jax when it is installed, so the module may be here; what must
+    # not happen is a started JAX backend (later forks of the parallel tests would warn)
+    if "jax" in sys.modules:
+        from jax._src import xla_bridge
+
+        assert xla_bridge._backends == {}
