@@ -304,6 +304,17 @@ class ActorSlots:
         if self.closed:
             raise DataFlowTerminated(f"{self.stage} was closed while being iterated")
 
+    def first_ready(self, refs: Any, timeout: float) -> Any:
+        """The first of ``refs`` whose result is ready within ``timeout`` seconds, or None
+        (raises if the flow was closed, or a replacement actor could not start)."""
+        self.check_open()
+        if not refs:
+            return None
+        ready, _ = self.ray.wait(list(refs), num_returns=1, timeout=timeout)
+        if self.starting:
+            self.check_starting()
+        return ready[0] if ready else None
+
     def replace(self, i: int, args: tuple) -> None:
         """Kill slot ``i``'s actor (if it still runs) and start a new one in its place."""
         self.check_open()

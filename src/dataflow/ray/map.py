@@ -80,16 +80,10 @@ class _RayMapTransport:
     def receive(self, timeout: float) -> tuple | None:
         if self.pending:
             return self.pending.popleft()
-        self.slots.check_open()
-        if not self.inflight:
+        ref = self.slots.first_ready(self.inflight, timeout)
+        if ref is None:
             return None
         ray = self.ray
-        ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=timeout)
-        if self.slots.starting:
-            self.slots.check_starting()
-        if not ready:
-            return None
-        ref = ready[0]
         w, gen, _, chunk, _ = self.inflight[ref]
         try:
             msgs = ray.get(ref)

@@ -113,18 +113,13 @@ class _RayRunnerTransport:
     def receive(self, timeout: float) -> tuple | None:
         if self.pending:
             return self.pending.popleft()
-        self.slots.check_open()
-        if not self.requests:
+        ref = self.slots.first_ready(self.requests, timeout)
+        if ref is None:
             return None
         ray = self.ray
-        ready, _ = ray.wait(list(self.requests), num_returns=1, timeout=timeout)
-        if self.slots.starting:
-            self.slots.check_starting()
-        if not ready:
-            return None
-        w = self.requests.pop(ready[0])
+        w = self.requests.pop(ref)
         try:
-            msgs = ray.get(ready[0])
+            msgs = ray.get(ref)
         except ray.exceptions.RayError as e:
             self.slots.check_open()  # (close() from another thread kills the actors)
             if not is_lost(ray, e):
