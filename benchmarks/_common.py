@@ -20,6 +20,23 @@ TENSORPACK_SETUP = (
 )
 
 
+def e2e_parser(doc: str, impls: list[str], batches: int, rounds: int):
+    """The command line of the scripts that run the end-to-end pipeline side by side: ``--impl``
+    and ``--json`` (one implementation, in the child process), ``--images``, ``--batches``,
+    ``--only`` and ``--rounds`` (interleaved rounds; the best of each implementation is kept)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--impl", choices=impls)
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--images", type=int, default=3000)
+    parser.add_argument("--batches", type=int, default=batches)
+    parser.add_argument("--only", nargs="*", choices=impls, help="run only these")
+    parser.add_argument("--rounds", type=int, default=rounds,
+                        help="interleaved rounds; the best of each implementation is kept")
+    return parser
+
+
 def tensorpack_available() -> bool:
     return TENSORPACK_PYTHON.exists()
 

@@ -23,7 +23,6 @@ the best round of each (steps/s and images/s over ``--batches`` steps after 5 wa
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -156,32 +155,28 @@ def measure(impl: str, n: int, batches: int) -> dict:
 
 
 def main() -> None:
-    from _common import markdown_table, run_impl
+    from _common import e2e_parser, markdown_table, run_impl
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", choices=IMPLS)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--images", type=int, default=3000)
-    parser.add_argument("--batches", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = e2e_parser(__doc__, IMPLS, batches=50, rounds=3)
     args = parser.parse_args()
     if args.impl:
         print(json.dumps(measure(args.impl, args.images, args.batches)))
         return
     make_data(args.images)
     script = Path(__file__).resolve()
-    runs: dict[str, list[dict]] = {impl: [] for impl in IMPLS}
+    impls = args.only or IMPLS
+    runs: dict[str, list[dict]] = {impl: [] for impl in impls}
     for r in range(args.rounds):
-        for impl in IMPLS if r % 2 == 0 else IMPLS[::-1]:
+        for impl in impls if r % 2 == 0 else impls[::-1]:
             res = run_impl(script, impl, "--images", str(args.images), "--batches",
                            str(args.batches), timeout=600)
             runs[impl].append(res)
             print(f"round {r + 1} {impl}: {res['images_per_second']:,.0f} images/s",
                   file=sys.stderr)
     best = {impl: max(rs, key=lambda x: x["images_per_second"]) for impl, rs in runs.items()}
-    base = best["dataloader"]["images_per_second"]
+    base = best["dataloader"]["images_per_second"] if "dataloader" in best else None
     rows = [[impl, f"{b['steps_per_second']:.1f}", f"{b['images_per_second']:,.0f}",
-             f"{b['images_per_second'] / base:.2f}",
+             f"{b['images_per_second'] / base:.2f}" if base else "n/a",
              ", ".join(f"{x['images_per_second']:,.0f}" for x in runs[impl])]
             for impl, b in best.items()]
     print(markdown_table(["pipeline", "train steps/s", "images/s", "vs DataLoader",

@@ -28,7 +28,6 @@ into .venv; tensorpack: see benchmarks/_common.py.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -364,16 +363,9 @@ def _available(impl: str) -> str | None:
 
 
 def main() -> None:
-    from _common import markdown_table, run_impl
+    from _common import e2e_parser, markdown_table, run_impl
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", choices=IMPLS)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--images", type=int, default=3000)
-    parser.add_argument("--batches", type=int, default=40)
-    parser.add_argument("--only", nargs="*", choices=IMPLS, help="run only these")
-    parser.add_argument("--rounds", type=int, default=1,
-                        help="run every implementation this many times, alternating; keep the best")
+    parser = e2e_parser(__doc__, IMPLS, batches=40, rounds=1)
     args = parser.parse_args()
     if args.impl:
         print(json.dumps(measure(args.impl, args.images, args.batches)))

@@ -140,18 +140,11 @@ def measure(impl: str, args: argparse.Namespace) -> dict:
 
 
 def main() -> None:
-    from _common import markdown_table, run_impl
+    from _common import e2e_parser, markdown_table, run_impl
     from bench_e2e import make_data
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--impl", choices=IMPLS)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--images", type=int, default=3000)
-    parser.add_argument("--batches", type=int, default=40)
+    parser = e2e_parser(__doc__, IMPLS, batches=40, rounds=3)
     parser.add_argument("--chunk-size", type=int, default=None, help="RayMapData chunk_size")
-    parser.add_argument("--only", nargs="*", choices=IMPLS, help="run only these")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="interleaved rounds; the best of each back end is kept")
     parser.add_argument("--send", metavar="ADDR", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.send:
