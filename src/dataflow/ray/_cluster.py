@@ -222,6 +222,14 @@ LOST_ERRORS = ("RayActorError", "ObjectLostError", "WorkerCrashedError", "NodeDi
                "OutOfMemoryError")
 
 
+def check_retries(max_retries: Any) -> int:
+    """``max_retries`` validated: an int >= 0."""
+    if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+        raise ValueError(f"`max_retries` must be an int >= 0, got {max_retries!r}; pass "
+                         "e.g. max_retries=3.")
+    return max_retries
+
+
 def is_lost(ray: Any, exc: BaseException) -> bool:
     """Whether ``exc`` (from ``ray.get``) means the task or its actor was lost, which a retry
     elsewhere can fix, as opposed to an error of the task itself (raised by its code, or a

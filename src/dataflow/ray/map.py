@@ -18,6 +18,7 @@ from dataflow.ray._cluster import (
     acquire_ray,
     actor_threads,
     check_options,
+    check_retries,
     describe,
     import_ray,
     is_lost,
@@ -202,10 +203,7 @@ class RayMapData(MapperBase):
                            else check_positive_int(chunk_size, "chunk_size", 16))
         self.address = address
         self.actor_options = check_options(actor_options)
-        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ValueError(f"`max_retries` must be an int >= 0, got {max_retries!r}; pass "
-                             "e.g. max_retries=3.")
-        self.max_retries = max_retries
+        self.max_retries = check_retries(max_retries)
         self._owns_ray = False
         self._slots: ActorSlots | None = None
         self._transport: _RayMapTransport | None = None
