@@ -28,6 +28,23 @@ _reset_lock = threading.Lock()
 JOIN_TIMEOUT = 5.0
 
 
+
+def queue_emitter(q: queue.Queue, stop: threading.Event) -> Callable[[tuple], None]:
+    """``emit(msg)`` for a worker thread: put ``msg`` into the bounded ``q``, waiting while it is
+    full, and raise :class:`WorkerStopped` once ``stop`` is set (checked every 0.1 s)."""
+
+    def emit(msg: tuple) -> None:
+        while True:
+            if stop.is_set():
+                raise WorkerStopped
+            try:
+                q.put(msg, timeout=0.1)
+                return
+            except queue.Full:
+                pass
+
+    return emit
+
 class _ThreadGroup:
     """Threads running ``loops[i]`` with a stop event; reports threads that died silently."""
 
@@ -115,16 +132,7 @@ class MultiThreadRunner(RunnerBase):
             ]
         self._queue = q = queue.Queue(self.num_prefetch)
         stop = threading.Event()
-
-        def emit(msg: tuple) -> None:
-            while True:
-                if stop.is_set():
-                    raise WorkerStopped
-                try:
-                    q.put(msg, timeout=0.1)
-                    return
-                except queue.Full:
-                    pass
+        emit = queue_emitter(q, stop)
 
         name = type(self).__name__
         self._group = _ThreadGroup(

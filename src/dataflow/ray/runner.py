@@ -18,7 +18,8 @@ from dataflow.base import DataFlow
 from dataflow.errors import WorkerError
 from dataflow.parallel._base import RunnerBase, check_positive_int
 from dataflow.parallel._runner import runner_loop
-from dataflow.parallel._worker import DATA, END, ERROR, STATE, WorkerStopped
+from dataflow.parallel._worker import DATA, END, ERROR, STATE
+from dataflow.parallel.thread import queue_emitter
 from dataflow.ray._cluster import (
     ActorSlots,
     acquire_ray,
@@ -46,21 +47,9 @@ class _RunnerActor:
                  start: tuple[Any, int] | None, num_prefetch: int, threads: int) -> None:
         _worker_setup(worker_id, global_seed, seed_globals=False, threads=threads)
         self.queue: queue.Queue = queue.Queue(num_prefetch)
-        self.stop = stop = threading.Event()
-        q = self.queue
-
-        def emit(msg: tuple) -> None:
-            while True:
-                if stop.is_set():
-                    raise WorkerStopped
-                try:
-                    q.put(msg, timeout=0.1)
-                    return
-                except queue.Full:
-                    pass
-
+        self.stop = threading.Event()
         self.thread = threading.Thread(
-            target=runner_loop, args=(ds, emit, worker_id, stage),
+            target=runner_loop, args=(ds, queue_emitter(self.queue, self.stop), worker_id, stage),
             kwargs={"start": start, "checkpoints": True}, name=f"{stage}-{worker_id}",
             daemon=True,
         )
