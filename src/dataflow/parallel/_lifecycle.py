@@ -193,8 +193,6 @@ def worker_bootstrap(
 ) -> None:
     """First thing a worker process runs: signals, orphan protection, threads, seeds."""
     parent_pid, use_pdeathsig, global_seed = parent
-    if global_seed is not None and _rng.get_seed() != global_seed:  # a spawned worker
-        _rng.set_seed(global_seed)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if use_pdeathsig:
@@ -207,6 +205,15 @@ def worker_bootstrap(
         os.environ[k] = "1"
     # OpenCV is made single-threaded by the parent around the fork (limited_thread_env), and
     # by OPENCV_FOR_THREADS_NUM in spawned children: never call cv2 here.
+    seed_worker(worker_id, global_seed, seed_globals)
+
+
+def seed_worker(worker_id: int, global_seed: int | None, seed_globals: bool) -> None:
+    """A worker's seeds: the consumer's global seed (a spawned worker, or a Ray actor, does not
+    inherit it), its worker id for :mod:`dataflow.rng`, and with ``seed_globals`` NumPy's and
+    ``random``'s global generators from a stream of their own."""
+    if global_seed is not None and _rng.get_seed() != global_seed:
+        _rng.set_seed(global_seed)
     _rng.set_worker_info(worker_id)
     if seed_globals:
         seq = _rng.derive_seed_sequence(None, GLOBAL_RNG_KEY)

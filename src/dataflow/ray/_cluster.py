@@ -10,7 +10,6 @@ import contextlib
 import logging
 import math
 import os
-import random
 import signal
 import sys
 import threading
@@ -18,11 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from dataflow import rng as _rng
 from dataflow.errors import DataFlowTerminated, WorkerError
-from dataflow.parallel._lifecycle import GLOBAL_RNG_KEY, THREAD_ENV_VARS
+from dataflow.parallel._lifecycle import THREAD_ENV_VARS, seed_worker
 
 __all__ = [
     "RAY_EXTRA",
@@ -187,13 +183,7 @@ def worker_setup(worker_id: int, global_seed: int | None, seed_globals: bool,
     if cv2 is not None:
         with contextlib.suppress(Exception):
             cv2.setNumThreads(threads)
-    if global_seed is not None:
-        _rng.set_seed(global_seed)
-    _rng.set_worker_info(worker_id)
-    if seed_globals:
-        state = _rng.derive_seed_sequence(None, GLOBAL_RNG_KEY).generate_state(4)
-        np.random.seed(state)
-        random.seed(int.from_bytes(state.tobytes(), "little"))
+    seed_worker(worker_id, global_seed, seed_globals)
 
 
 # ---- consumer side ----------------------------------------------------------------------------
