@@ -18,11 +18,18 @@ Remainder policy, explicit:
   each; counts differ by at most one). The union over ranks is exactly the epoch (used by
   ``dataflow.torch`` to split a flow between DataLoader workers).
 
-Cost: each rank reads (and, for stages before the shard, computes) the whole epoch and skips the
-others' datapoints. Put ``shard`` as close to the source as you can, before expensive maps, so
-the skipped datapoints cost only their reading (list indexing for ``DataFromList``; a record read
-and decode for the serialized formats, so for large records prefer storing keys or file names and
-decoding after the shard).
+Cost: each rank iterates the whole epoch and skips the others' datapoints, so put ``shard`` as
+close to the source as you can, before expensive maps. Right over an LMDB reader
+(``LMDBSerializer.load`` or ``LMDBData``) the skipped records are not even read: the reader
+yields the placeholder :data:`SKIPPED` for them (so a rank reads 1/world_size of the file).
+Over other stages the skipped datapoints cost what producing them costs (list indexing for
+``DataFromList``; a record read and decode for the other serialized formats, so for large records
+prefer storing keys or file names and decoding after the shard).
+
+The protocol, for sources that can skip cheaply: before each ``iter(ds)`` ``ShardData`` sets
+``ds._skip_once = (rank, world_size)`` if ``ds`` has a ``_take_skip`` method; that iteration
+yields ``SKIPPED`` at the positions ``p`` (0-based, in the epoch) with
+``p % world_size != rank``, counting them in its state like any datapoint.
 """
 
 from __future__ import annotations
@@ -34,7 +41,10 @@ from dataflow.base import DataFlow, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
 from dataflow.state import EpochCounter, check_state, finished
 
-__all__ = ["ShardData", "shard"]
+__all__ = ["SKIPPED", "ShardData", "shard"]
+
+#: what a source yields for a position that the :class:`ShardData` right over it discards
+SKIPPED = type("Skipped", (), {"__repr__": lambda self: "SKIPPED", "__slots__": ()})()
 
 
 def _check_int(value: Any, name: str) -> int:
@@ -97,6 +107,8 @@ class ShardData(EpochCounter, ProxyDataFlow):
         token, _ = self._begin()
         self._phase = self._resume_phase if restored else 0
         self._resume_phase = 0
+        if self.world_size > 1 and hasattr(self.ds, "_take_skip"):
+            self.ds._skip_once = (self.rank, self.world_size)  # see the module docstring
         # iter(ds) now: the child's epoch begins with this iterator
         return self._run(token, iter(self.ds))
 
@@ -159,7 +171,7 @@ def shard(df: DataFlow, rank: int, world_size: int, drop_remainder: bool = True)
     """Split ``df`` between ``world_size`` data-parallel ranks: this rank's part.
 
     Ranks see disjoint datapoints (given the same sequence on every rank, see
-    :mod:`dataflow.shard`); with ``drop_remainder=True`` every rank gets exactly
+    :mod:`dataflow.sharding`); with ``drop_remainder=True`` every rank gets exactly
     ``n // world_size`` datapoints per epoch, with ``False`` the first ``n % world_size`` ranks get
     one more. Example::
 

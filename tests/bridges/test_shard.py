@@ -127,3 +127,92 @@ def test_close_cascades_and_class():
     assert isinstance(flow, ShardData)
     flow.close()
     flow.close()
+
+
+# ---- right over an LMDB reader the other ranks' records are not read -----------------------
+
+
+def _lmdb(tmp_path, n=10):
+    from dataflow.serialize import LMDBSerializer
+
+    path = str(tmp_path / "data.lmdb")
+    LMDBSerializer.save(_src(n), path)
+    return path
+
+
+class _CountingLoad(df.LMDBData):
+    """LMDBSerializer.load's reader, counting the records it decodes."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.decoded = 0
+
+    def __iter__(self):
+        from dataflow.serialize.codec import get_loads
+
+        loads = get_loads(self._codec)
+
+        def decode(v):
+            self.decoded += 1
+            return loads(v)
+
+        return self._iter(decode)
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("drop", [True, False])
+def test_lmdb_ranks_get_their_positions_of_the_epoch(tmp_path, shuffle, drop):
+    from dataflow.serialize import LMDBSerializer
+
+    path = _lmdb(tmp_path)
+    whole = [dp[0] for dp in check_dataflow(LMDBSerializer.load(path, shuffle, seed=3), epochs=1)]
+    assert sorted(whole) == list(range(10))
+    stop = 9 if drop else 10
+    for r in range(3):
+        part = shard(LMDBSerializer.load(path, shuffle, seed=3), r, 3, drop_remainder=drop)
+        assert [dp[0] for dp in check_dataflow(part, epochs=1)] == whole[:stop][r::3]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_lmdb_reads_only_the_records_of_its_rank(tmp_path, shuffle):
+    path = _lmdb(tmp_path)
+    src = _CountingLoad(path, shuffle, seed=3)
+    part = shard(src, 1, 4)
+    part.reset_state()
+    assert len([dp[0] for dp in part]) == 2  # positions 1 and 5 (9: incomplete last group)
+    assert src.decoded == 3  # positions 1, 5 and 9, not the 7 others
+    src.decoded = 0
+    assert sorted(dp[0] for dp in src) == list(range(10))
+    assert src.decoded == 10  # the next plain iteration reads everything again
+
+
+def test_raw_lmdb_data_yields_key_value_of_its_rank(tmp_path):
+    path = _lmdb(tmp_path)
+    whole = list(check_dataflow(df.LMDBData(path, shuffle=False), epochs=1))
+    part = check_dataflow(shard(df.LMDBData(path, shuffle=False), 2, 3), epochs=1)
+    assert [list(kv) for kv in part] == [list(kv) for kv in whole[2:9:3]]
+
+
+def test_lmdb_without_keys_entry(tmp_path):
+    import lmdb
+
+    path = str(tmp_path / "raw.lmdb")
+    env = lmdb.open(path, subdir=True, map_size=1 << 20)
+    with env.begin(write=True) as txn:
+        for i in range(7):
+            txn.put(f"k{i}".encode(), f"v{i}".encode())
+    env.close()
+    part = check_dataflow(shard(df.LMDBData(path, shuffle=False), 0, 2, False), epochs=1)
+    assert [list(kv) for kv in part] == [[b"k0", b"v0"], [b"k2", b"v2"], [b"k4", b"v4"],
+                                         [b"k6", b"v6"]]
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("drop", [True, False])
+def test_lmdb_shard_resumes_exactly(tmp_path, shuffle, drop):
+    from dataflow.serialize import LMDBSerializer
+
+    path = _lmdb(tmp_path)
+    seq = check_resume(lambda: shard(LMDBSerializer.load(path, shuffle, seed=3), 1, 3, drop),
+                       epochs=2)
+    assert len(seq) == 6  # 10 records, rank 1 of 3: positions 1, 4, 7 either way

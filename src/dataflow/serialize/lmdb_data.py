@@ -32,6 +32,7 @@ from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDa
 from dataflow.serialize._atomic import CorruptFileError, check_source_path, import_optional
 from dataflow.serialize._resume import ReaderState, mismatch
 from dataflow.serialize.codec import get_loads, loads, sniff_codec
+from dataflow.sharding import SKIPPED
 from dataflow.state import StateMismatchError
 
 __all__ = ["LMDBData", "LMDBDataDecoder"]
@@ -265,7 +266,10 @@ class LMDBData(ReaderState, RNGDataFlow):
         perm = self._epoch_rng(epoch).permutation(len(keys))[start:]
         return [keys[i] for i in perm.tolist()]
 
-    def _sequential(self, txn: Any, values_only: bool, start: int) -> Iterator[Any]:
+    def _sequential(self, txn: Any, mode: str, start: int) -> Iterator[Any]:
+        """The records from position ``start`` in key order: their values (``mode="values"``),
+        ``(key, value)`` pairs (``"items"``) or keys only (``"keys"``: the cursor stays on each
+        record while it is yielded, so ``self._cursor.value()`` reads it)."""
         cur = self._cursor = txn.cursor()
         if start:  # continue after the last key delivered before the state was saved
             if self._seq_key is None or not cur.set_key(self._seq_key):
@@ -273,34 +277,61 @@ class LMDBData(ReaderState, RNGDataFlow):
                                self._seq_key, "the database changed since the state was saved.")
             if not cur.next():
                 return iter(())
+        keys, values = mode != "values", mode != "keys"
         if not self._has_keys_entry or self._keys_entry_last:
-            it = cur.iternext(keys=not values_only, values=True)
+            it = cur.iternext(keys=keys, values=values)
             return islice(it, self._size - start) if self._has_keys_entry else it
-        if values_only:
+        if mode == "values":
             return (v for k, v in cur if k != KEYS_KEY)
+        if mode == "keys":
+            return (k for k in cur.iternext(keys=True, values=False) if k != KEYS_KEY)
         return ((k, v) for k, v in cur if k != KEYS_KEY)
+
+    def _take_skip(self) -> tuple[int, int] | None:
+        """``(rank, world_size)`` set by a :class:`~dataflow.sharding.ShardData` right over this
+        flow for the iteration it starts (then cleared): positions ``p`` with
+        ``p % world_size != rank`` are yielded as :data:`SKIPPED`, without reading the record."""
+        skip, self._skip_once = self.__dict__.get("_skip_once"), None
+        return skip
+
+    def _sparse(self, txn: Any, decode: Callable[[bytes], Any] | None, start: int,
+                skip: tuple[int, int]) -> Iterator[Any]:
+        """A sequential scan that reads only the records of positions ``rank (mod world_size)``."""
+        rank, size = skip
+        keys = self._sequential(txn, "keys", start)
+        cur = self._cursor
+        for self._pos, k in enumerate(keys, start + 1):
+            if (self._pos - 1) % size != rank:
+                yield SKIPPED
+                continue
+            v = cur.value()
+            yield [k, v] if decode is None else decode(v)
 
     def _iter(self, decode: Callable[[bytes], Any] | None) -> Iterator[Any]:
         token, epoch, start = self._begin_epoch()
         self._cursor = None
-        return self._run(decode, token, epoch, start)
+        return self._run(decode, token, epoch, start, self._take_skip())
 
     def _run(
-        self, decode: Callable[[bytes], Any] | None, token: object, epoch: int, start: int
+        self, decode: Callable[[bytes], Any] | None, token: object, epoch: int, start: int,
+        skip: tuple[int, int] | None,
     ) -> Iterator[Any]:
         self._open()
         by_key = self._shuffle or self._explicit_keys
         with self._guard, self._env.begin(buffers=False) as txn:
             try:
                 if by_key:
-                    yield from self._iter_keys(txn, decode, epoch, start)
-                elif decode is None:
-                    items = self._sequential(txn, False, start)
+                    yield from self._iter_keys(txn, decode, epoch, start, skip)
+                elif decode is None and skip is None:
+                    items = self._sequential(txn, "items", start)
                     for self._pos, kv in enumerate(items, start + 1):
                         yield list(kv)
                 else:
                     try:
-                        items = self._sequential(txn, True, start)
+                        if skip is not None:
+                            yield from self._sparse(txn, decode, start, skip)
+                            return
+                        items = self._sequential(txn, "values", start)
                         for self._pos, v in enumerate(items, start + 1):
                             yield decode(v)
                     except Exception as e:
@@ -313,20 +344,28 @@ class LMDBData(ReaderState, RNGDataFlow):
                 self._end_epoch(token)
 
     def _iter_keys(
-        self, txn: Any, decode: Callable[[bytes], Any] | None, epoch: int, start: int
+        self, txn: Any, decode: Callable[[bytes], Any] | None, epoch: int, start: int,
+        skip: tuple[int, int] | None,
     ) -> Iterator[Any]:
         get = txn.get
         order = self._order(epoch, start)
+        rank, size = skip or (0, 1)
         try:
             if decode is None:
                 for self._pos, k in enumerate(order, start + 1):
+                    if (self._pos - 1) % size != rank:
+                        yield SKIPPED
+                        continue
                     v = get(k)
                     if v is None:
                         raise KeyError(k)
                     yield [k, v]
-            else:
+            elif skip is None:
                 for self._pos, k in enumerate(order, start + 1):
                     yield decode(get(k))
+            else:
+                for self._pos, k in enumerate(order, start + 1):
+                    yield decode(get(k)) if (self._pos - 1) % size == rank else SKIPPED
         except KeyError as e:
             raise CorruptFileError(
                 f"{self._what}: key {e.args[0]!r} (record {self._pos - 1}) is missing from "
