@@ -115,3 +115,27 @@ def test_cli_profile(tmp_path):
     assert out["items"] == 5 and [s["name"] for s in out["stages"]] == ["BatchData",
                                                                           "DataFromList"]
     assert json.loads(trace.read_text())["traceEvents"]
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda src: df.MultiThreadMapData(src, 2, _slow_map_func, buffer_size=8),
+         "its threads cannot keep up; add threads (num_thread) while cores are idle, or move "
+         "work that holds the GIL (pure Python) to processes with MultiProcessMapDataZMQ."),
+        (lambda src: df.MultiProcessMapDataZMQ(src, 2, _slow_map_func, buffer_size=8),
+         "its workers cannot keep up; add workers while cores are idle, or make the work "
+         "cheaper. Work that releases the GIL (OpenCV, most NumPy) runs as fast on "
+         "MultiThreadMapData threads"),
+    ],
+)
+def test_a_starved_parallel_stage_gets_advice_for_its_kind(make, words):
+    src = df.DataFromList([[i, float(i)] for i in range(1000)], shuffle=False)
+    mapper = make(src)
+    try:
+        report = profile(df.BatchData(mapper, 16), num=6, warmup=1)
+    finally:
+        mapper.close()
+    assert report.bottleneck_stage.name == type(mapper).__name__
+    assert report.suggestion.startswith(f"{type(mapper).__name__}'s queue is nearly empty: ")
+    assert words in report.suggestion
