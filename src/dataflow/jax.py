@@ -52,20 +52,15 @@ from typing import Any
 import numpy as np
 
 from dataflow.base import DataFlow
-from dataflow.utils import map_numeric_arrays
+from dataflow.utils import import_extra, map_numeric_arrays
 
 __all__ = ["JaxIterator", "to_jax"]
 
-_INSTALL = "pip install 'dataflow-reloaded[jax]'"
 _RESET: weakref.WeakKeyDictionary[DataFlow, int] = weakref.WeakKeyDictionary()  # flow -> pid
 
 
 def _import_jax() -> Any:
-    try:
-        import jax
-    except ImportError as e:
-        raise ImportError(f"dataflow.jax needs JAX, which is not installed: {_INSTALL}") from e
-    return jax
+    return import_extra("jax", "dataflow.jax", "JAX", "jax")
 
 
 def _placer(jax: Any, sharding: Any) -> Any:

@@ -15,6 +15,7 @@ __all__ = [
     "get_rng",
     "get_tqdm",
     "get_tqdm_kwargs",
+    "import_extra",
     "map_numeric_arrays",
     "shape2d",
 ]
@@ -79,3 +80,17 @@ def map_numeric_arrays(obj: Any, fn: Any) -> Any:
     if isinstance(obj, dict):
         return tp((k, map_numeric_arrays(v, fn)) for k, v in obj.items())
     return obj
+
+
+def import_extra(module: str, what: str, package: str, extra: str) -> Any:
+    """``import module``, or an ImportError saying that ``what`` needs ``package`` and naming
+    the extra that installs it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(
+            f"{what} needs {package}, which is not installed: "
+            f"pip install 'dataflow-reloaded[{extra}]'"
+        ) from e

@@ -19,9 +19,9 @@ from typing import Any
 
 from dataflow.errors import DataFlowTerminated, WorkerError
 from dataflow.parallel._lifecycle import THREAD_ENV_VARS, seed_worker
+from dataflow.utils import import_extra
 
 __all__ = [
-    "RAY_EXTRA",
     "ActorSlots",
     "RayHooks",
     "acquire_ray",
@@ -38,20 +38,13 @@ __all__ = [
 
 logger = logging.getLogger("dataflow.ray")
 
-RAY_EXTRA = "pip install 'dataflow-reloaded[ray]'"
 #: seconds to wait for the actors of a pool to start (placement, imports, unpickling)
 START_TIMEOUT = 60.0
 
 
 def import_ray() -> Any:
     """The ``ray`` package, or an ``ImportError`` naming the extra to install."""
-    try:
-        import ray
-    except ImportError as e:
-        raise ImportError(
-            f"the Ray back end of dataflow needs Ray, which is not installed: {RAY_EXTRA}"
-        ) from e
-    return ray
+    return import_extra("ray", "the Ray back end of dataflow", "Ray", "ray")
 
 
 # ---- the Ray session --------------------------------------------------------------------------
