@@ -59,23 +59,15 @@ import numpy as np
 
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowError
-from dataflow.utils import map_numeric_arrays
+from dataflow.utils import import_extra, map_numeric_arrays
 
 __all__ = ["to_torch"]  # DataFlowIterableDataset: defined on first access (needs torch)
 
 _log = logging.getLogger(__name__)
-_INSTALL = "pip install 'dataflow-reloaded[torch]'"
 
 
 def _import_torch() -> Any:
-    try:
-        import torch
-        import torch.utils.data
-    except ImportError as e:
-        raise ImportError(
-            f"dataflow.torch needs PyTorch, which is not installed: {_INSTALL}"
-        ) from e
-    return torch
+    return import_extra("torch", "dataflow.torch", "PyTorch", "torch")  # (imports torch.utils.data)
 
 
 def _converter(torch: Any, pin: bool) -> Any:
@@ -162,9 +154,7 @@ class _Bridge:
     def _run(self, flow: DataFlow, convert: Any, in_worker: bool) -> Iterator[Any]:
         finished = False
         try:
-            if self._needs_reset:
-                flow.reset_state()
-                self._needs_reset = False
+            self._ensure_reset(flow)
             for dp in flow:
                 yield convert(dp)
             finished = True
@@ -181,6 +171,11 @@ class _Bridge:
             # abandoned or failed: stop the flow's workers (a worker process always does)
             if not finished or in_worker:
                 self._close_flow()
+
+    def _ensure_reset(self, flow: DataFlow) -> None:
+        if self._needs_reset:
+            flow.reset_state()
+            self._needs_reset = False
 
     def _close_flow(self) -> None:
         flow = self._flow if self._flow is not None else self.df
@@ -201,10 +196,7 @@ class _Bridge:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Reset ``df`` (if this dataset has not) and load ``state`` into it: the next
         iteration continues from it (for ``num_workers=0``)."""
-        flow = self._setup()
-        if self._needs_reset:
-            flow.reset_state()
-            self._needs_reset = False
+        self._ensure_reset(self._setup())
         self.df.load_state_dict(state)
 
     def __reduce__(self) -> Any:  # to a spawned worker: the configuration, not the process state
