@@ -28,7 +28,6 @@ _reset_lock = threading.Lock()
 JOIN_TIMEOUT = 5.0
 
 
-
 def queue_emitter(q: queue.Queue, stop: threading.Event) -> Callable[[tuple], None]:
     """``emit(msg)`` for a worker thread: put ``msg`` into the bounded ``q``, waiting while it is
     full, and raise :class:`WorkerStopped` once ``stop`` is set (checked every 0.1 s)."""
@@ -44,6 +43,7 @@ def queue_emitter(q: queue.Queue, stop: threading.Event) -> Callable[[tuple], No
                 pass
 
     return emit
+
 
 class _ThreadGroup:
     """Threads running ``loops[i]`` with a stop event; reports threads that died silently."""

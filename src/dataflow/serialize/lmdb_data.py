@@ -294,18 +294,22 @@ class LMDBData(ReaderState, RNGDataFlow):
         skip, self._skip_once = self.__dict__.get("_skip_once"), None
         return skip
 
+    def _skipping(self, keys: Iterator[Any], start: int, skip: tuple[int, int],
+                  read: Callable[[Any], Any]) -> Iterator[Any]:
+        """``read(key)`` at the positions ``rank (mod world_size)`` of ``keys`` (which begins
+        at position ``start``), :data:`SKIPPED` at the others."""
+        rank, size = skip
+        for self._pos, k in enumerate(keys, start + 1):
+            yield read(k) if (self._pos - 1) % size == rank else SKIPPED
+
     def _sparse(self, txn: Any, decode: Callable[[bytes], Any] | None, start: int,
                 skip: tuple[int, int]) -> Iterator[Any]:
         """A sequential scan that reads only the records of positions ``rank (mod world_size)``."""
-        rank, size = skip
         keys = self._sequential(txn, "keys", start)
-        cur = self._cursor
-        for self._pos, k in enumerate(keys, start + 1):
-            if (self._pos - 1) % size != rank:
-                yield SKIPPED
-                continue
-            v = cur.value()
-            yield [k, v] if decode is None else decode(v)
+        cur = self._cursor  # on the record of the key being read
+        if decode is None:
+            return self._skipping(keys, start, skip, lambda k: [k, cur.value()])
+        return self._skipping(keys, start, skip, lambda k: decode(cur.value()))
 
     def _iter(self, decode: Callable[[bytes], Any] | None) -> Iterator[Any]:
         token, epoch, start = self._begin_epoch()
@@ -349,23 +353,23 @@ class LMDBData(ReaderState, RNGDataFlow):
     ) -> Iterator[Any]:
         get = txn.get
         order = self._order(epoch, start)
-        rank, size = skip or (0, 1)
+
+        def item(k: bytes) -> list[bytes]:
+            v = get(k)
+            if v is None:
+                raise KeyError(k)
+            return [k, v]
+
         try:
-            if decode is None:
+            if skip is not None:
+                read = item if decode is None else lambda k: decode(get(k))
+                yield from self._skipping(iter(order), start, skip, read)
+            elif decode is None:
                 for self._pos, k in enumerate(order, start + 1):
-                    if (self._pos - 1) % size != rank:
-                        yield SKIPPED
-                        continue
-                    v = get(k)
-                    if v is None:
-                        raise KeyError(k)
-                    yield [k, v]
-            elif skip is None:
-                for self._pos, k in enumerate(order, start + 1):
-                    yield decode(get(k))
+                    yield item(k)
             else:
                 for self._pos, k in enumerate(order, start + 1):
-                    yield decode(get(k)) if (self._pos - 1) % size == rank else SKIPPED
+                    yield decode(get(k))
         except KeyError as e:
             raise CorruptFileError(
                 f"{self._what}: key {e.args[0]!r} (record {self._pos - 1}) is missing from "
