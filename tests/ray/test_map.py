@@ -95,7 +95,8 @@ def test_map_error_surfaces_with_remote_traceback():
 
 
 def test_a_result_ray_cannot_serialize_raises():
-    ds = RayMapData(flows.Range(10), rflows.lock_result, 1, strict=True)
+    # one chunk: the error names its first input whichever way Ray reports it
+    ds = RayMapData(flows.Range(10), rflows.lock_result, 1, strict=True, chunk_size=10)
     with pytest.raises(WorkerError) as ei:
         list(ds)
     ds.close()
