@@ -24,14 +24,20 @@ from __future__ import annotations
 import functools
 import threading
 from abc import ABCMeta, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
 from dataflow import rng as _rng
-from dataflow.errors import DataFlowReentrantError, DataFlowTerminated, UnknownLengthError
-from dataflow.state import EpochCounter, StateMismatchError, check_state, replay_run
+from dataflow.errors import (
+    DataFlowError,
+    DataFlowReentrantError,
+    DataFlowTerminated,
+    StateMismatchError,
+    UnknownLengthError,
+)
+from dataflow.state import ReplayState, check_state, replaying_iter, rng_from_state, rng_state
 
 __all__ = [
     "DataFlow",
@@ -71,7 +77,9 @@ class DataFlowReentrantGuard:
 
 
 class DataFlowMeta(ABCMeta):
-    """Maps the legacy ``get_data``/``size`` definitions onto ``__iter__``/``__len__``, and gives
+    """Maps the legacy ``get_data``/``size`` definitions onto ``__iter__``/``__len__``; makes
+    every ``reset_state()`` assign the pipeline's stage paths when it is the outermost one (see
+    :mod:`dataflow.rng`); lets :func:`instrument` observe each stage's iterators; and gives
     user-defined flows that do not implement ``state_dict`` a replaying one (see
     :meth:`DataFlow.state_dict`)."""
 
@@ -88,42 +96,56 @@ class DataFlowMeta(ABCMeta):
             and "state_dict" not in namespace
             and not getattr(namespace["__iter__"], "_replay_wrapped", False)
         ):
-            namespace["__iter__"] = _replaying_iter(namespace["__iter__"])
+            namespace["__iter__"] = replaying_iter(namespace["__iter__"])
             # a replaying flow saves its own position, even if a base class delegates
             namespace["state_dict"] = DataFlow.state_dict
             namespace["load_state_dict"] = DataFlow.load_state_dict
+        if "reset_state" in namespace and not hasattr(namespace["reset_state"], "_scoped"):
+            namespace["reset_state"] = _scoped_reset(namespace["reset_state"])
+        if "__iter__" in namespace and not hasattr(namespace["__iter__"], "_probed"):
+            namespace["__iter__"] = _probed_iter(namespace["__iter__"])
         return super().__new__(mcls, name, bases, namespace, **kwargs)
 
 
-class _ReplayState(EpochCounter):
-    """The counters of a user-defined flow, and its child's state at the start of the epoch."""
+def _scoped_reset(fn):
+    """``reset_state`` inside :func:`dataflow.rng.reset_scope`: the outermost call (the user's)
+    makes its flow the root of the stage paths."""
 
-    child_start: dict[str, Any] | None = None
+    @functools.wraps(fn)
+    def reset_state(self):
+        with _rng.reset_scope(self):
+            return fn(self)
+
+    reset_state._scoped = True
+    return reset_state
 
 
-def _replaying_iter(fn):
-    """Wrap a user flow's ``__iter__`` to count epochs and positions, and to replay an epoch up
-    to the saved position after ``load_state_dict``. The epoch begins when ``__iter__`` is
-    called; it is over when its iterator is exhausted or closed."""
+def _probed_iter(fn):
+    """``__iter__`` that hands the iterator to the stage's probe, if :func:`instrument` set one
+    (only the most derived ``__iter__`` does, so a ``super().__iter__()`` is not seen twice)."""
 
     @functools.wraps(fn)
     def __iter__(self):  # noqa: N807 (it becomes the class's __iter__)
-        rs = self.__dict__.setdefault("_replay", _ReplayState())
-        restored = rs._resume is not None
-        token, start = rs._begin()
-        child = getattr(self, "ds", None)
-        if isinstance(child, DataFlow):
-            if not restored:  # a new epoch: remember where the child starts it
-                try:
-                    rs.child_start = child.state_dict()
-                except NotImplementedError:
-                    rs.child_start = None
-            elif rs.child_start is not None:
-                child.load_state_dict(rs.child_start)
-        return replay_run(rs, fn(self), token, start)
+        itr = fn(self)
+        probe = self.__dict__.get("_probe")
+        if probe is None or type(self).__iter__ is not __iter__:
+            return itr
+        return probe(self, itr)
 
-    __iter__._replay_wrapped = True
+    __iter__._probed = True
+    if hasattr(fn, "_replay_wrapped"):
+        __iter__._replay_wrapped = True
     return __iter__
+
+
+def instrument(flow: DataFlow, probe: Callable[[DataFlow, Iterator[Any]], Iterator[Any]] | None
+               ) -> None:
+    """Observe ``flow``'s iterations: each ``iter(flow)`` returns ``probe(flow, iterator)``
+    instead of the iterator (``None`` removes the probe). Used by :func:`dataflow.profile`."""
+    if probe is None:
+        flow.__dict__.pop("_probe", None)
+    else:
+        flow.__dict__["_probe"] = probe
 
 
 class DataFlow(metaclass=DataFlowMeta):
@@ -146,6 +168,13 @@ class DataFlow(metaclass=DataFlowMeta):
     def reset_state(self) -> None:
         """Process-local initialization; call once, in the process that iterates."""
 
+    def children(self) -> list[DataFlow]:
+        """The flows this flow iterates, in a fixed order (the order that gives their paths in
+        :mod:`dataflow.rng`). Built-in flows say it; for any other flow the default is its
+        ``ds`` attribute when that is a DataFlow (the tensorpack convention), else none."""
+        ds = self.__dict__.get("ds")
+        return [ds] if isinstance(ds, DataFlow) else []
+
     def close(self) -> None:
         """Release resources started by this flow. Idempotent; the default does nothing."""
 
@@ -161,7 +190,7 @@ class DataFlow(metaclass=DataFlowMeta):
 
         Built-in flows save exact counters, seeds and their children's states. A user-defined
         flow that does not implement ``state_dict`` gets this default, which records the epoch and
-        the position in it (and the state of ``self.ds`` at the start of the epoch, if any) and
+        the position in it (and the state of its child at the start of the epoch, if any) and
         *replays* the epoch up to that position on resume: exact when the flow yields the same
         datapoints for the same input, which random flows drawing from a continuing stream do not.
         """
@@ -171,9 +200,7 @@ class DataFlow(metaclass=DataFlowMeta):
                 f"{type(self).__name__} cannot save its iteration state: implement "
                 "state_dict() and load_state_dict() for it."
             )
-        rs = rs or _ReplayState()
-        return {"type": type(self).__name__, "mode": "replay", **rs._counters(),
-                "child_start": rs.child_start}
+        return (rs or ReplayState()).to_state(self)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict`; the next ``__iter__`` continues from it."""
@@ -183,10 +210,7 @@ class DataFlow(metaclass=DataFlowMeta):
                 "state_dict() and load_state_dict() for it."
             )
         check_state(state, self, mode="replay")
-        rs = _ReplayState()
-        rs._restore_counters(state)
-        rs.child_start = state.get("child_start")
-        self.__dict__["_replay"] = rs
+        self.__dict__["_replay"] = ReplayState.from_state(state)
 
     # legacy names
     def get_data(self) -> Iterator[Any]:
@@ -212,6 +236,9 @@ class ProxyDataFlow(DataFlow):
     def reset_state(self) -> None:
         self.ds.reset_state()
 
+    def children(self) -> list[DataFlow]:
+        return [self.ds]
+
     def __len__(self) -> int:
         return len(self.ds)
 
@@ -233,35 +260,51 @@ class ProxyDataFlow(DataFlow):
 class RNGDataFlow(DataFlow):
     """A flow that owns a random stream, ``self.rng`` (a ``numpy.random.RandomState``).
 
-    ``reset_state()`` derives ``self.rng`` from ``self.seed`` (a constructor argument of every
-    random flow), else the global :func:`dataflow.set_seed`, else fresh OS entropy; mixed with
-    the stage's ordinal and the worker id (see :mod:`dataflow.rng`). Built-in flows draw a new,
-    derived stream for every epoch, so an epoch can be reproduced from (seed, epoch) alone.
+    ``reset_state()`` derives the stage's streams from ``self.seed`` (a constructor argument of
+    every random flow), else the global :func:`dataflow.set_seed`, else fresh OS entropy, and
+    from the stage's path in its pipeline and the runner worker it runs in (see
+    :mod:`dataflow.rng`). Built-in flows draw a new, derived stream for every epoch, so an epoch
+    can be reproduced from (seed, path, epoch) alone.
+
+    As in tensorpack, assigning ``ds.rng = np.random.RandomState(42)`` after ``reset_state()``
+    pins the stage: every epoch then draws from that generator, continuing it. The next
+    ``reset_state()`` unpins it. Iterating a random stage before ``reset_state()`` raises.
     """
 
-    rng: np.random.RandomState | None = None
     seed: int | None = None
     _seed_seq: np.random.SeedSequence | None = None
-    _rng_stage: int | None = None
+    _stream: np.random.RandomState | None = None  # the stage's own stream
+    _pinned: np.random.RandomState | None = None  # a generator assigned by the user
+    _pinned_start: dict[str, Any] | None = None  # its state when the epoch in progress began
 
-    def _derive_seed_sequence(self) -> np.random.SeedSequence:
-        if self.seed is not None:  # an explicit seed does not depend on other stages
-            return _rng.derive_seed_sequence(self.seed, 0)
-        if self._rng_stage is None:
-            self._rng_stage = _rng.next_stage_ordinal()
-        return _rng.derive_seed_sequence(None, self._rng_stage)
+    @property
+    def rng(self) -> np.random.RandomState | None:
+        """The stage's generator: the one the user assigned, else its derived stream."""
+        return self._pinned if self._pinned is not None else self._stream
+
+    @rng.setter
+    def rng(self, value: np.random.RandomState | None) -> None:
+        self._pinned = value
 
     def reset_state(self) -> None:
-        self._seed_seq = self._derive_seed_sequence()
-        self.rng = _rng.rng_from_sequence(self._seed_seq)
+        self._seed_seq = _rng.stage_sequence(self.seed, _rng.path_of(self))
+        self._stream = _rng.derive_rng(self._seed_seq)
+        self._pinned = self._pinned_start = None
+
+    def _sequence(self) -> np.random.SeedSequence:
+        """The stage's seed sequence (derived without storing it before ``reset_state()``)."""
+        if self._seed_seq is not None:
+            return self._seed_seq
+        return _rng.stage_sequence(self.seed, _rng.path_of(self))
 
     def _seed_state(self) -> dict[str, Any]:
         """The seed of this stage's streams, to store in its state (ints, JSON-safe)."""
-        if self._seed_seq is None:
-            self.reset_state()
-        assert self._seed_seq is not None
-        return {"entropy": int(self._seed_seq.entropy),
-                "spawn_key": [int(k) for k in self._seed_seq.spawn_key]}
+        seq = self._sequence()
+        state: dict[str, Any] = {"entropy": int(seq.entropy),
+                                 "spawn_key": [int(k) for k in seq.spawn_key]}
+        if self._pinned is not None:
+            state["pinned"] = self._pinned_start
+        return state
 
     def _load_seed_state(self, seed: dict[str, Any]) -> None:
         try:
@@ -272,11 +315,29 @@ class RNGDataFlow(DataFlow):
                 f"state for stage {type(self).__name__}: expected a seed "
                 f"{{'entropy': int, 'spawn_key': [int, ...]}}, found {seed!r}."
             ) from e
-        self.rng = _rng.rng_from_sequence(self._seed_seq)
+        self._stream = _rng.derive_rng(self._seed_seq)
+        pinned = seed.get("pinned")
+        if pinned is not None:
+            self._pinned = rng_from_state(pinned)
 
     def _epoch_rng(self, epoch: int) -> np.random.RandomState:
-        """The stream of epoch ``epoch``: a pure function of (seed, stage, worker, epoch)."""
-        if self._seed_seq is None:
-            self.reset_state()
+        """The stream of epoch ``epoch``: a pure function of (seed, path, worker, epoch), or
+        the pinned generator."""
+        if self._pinned is not None:
+            try:
+                self._pinned_start = rng_state(self._pinned)
+            except (AttributeError, KeyError, TypeError, ValueError):
+                self._pinned_start = None  # not an MT19937 RandomState: cannot be saved
+            return self._pinned
+        self._require_reset()
         assert self._seed_seq is not None
-        return _rng.rng_from_sequence(self._seed_seq, epoch + 1)
+        return _rng.epoch_rng(self._seed_seq, epoch)
+
+    def _require_reset(self) -> None:
+        """Raise the error of a random stage iterated before ``reset_state()``."""
+        if self.rng is None:
+            raise DataFlowError(
+                f"{type(self).__name__} was iterated before reset_state(): call "
+                "reset_state() once, in the process that iterates, before iterating it (it "
+                "derives the stage's random streams)."
+            )

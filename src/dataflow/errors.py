@@ -7,11 +7,18 @@ written against tensorpack, which raised builtins, keeps catching them.
 from __future__ import annotations
 
 __all__ = [
+    "CorruptFileError",
     "DataFlowError",
     "DataFlowReentrantError",
     "DataFlowTerminated",
+    "DatasetNotFoundError",
+    "DownloadError",
+    "NoneResultError",
+    "ReconstructedError",
+    "StateMismatchError",
     "UnknownLengthError",
     "WorkerError",
+    "WorkerStopped",
 ]
 
 
@@ -89,3 +96,34 @@ class WorkerError(DataFlowError, RuntimeError):
                 self.stage,
             ),
         )
+
+
+class WorkerStopped(BaseException):
+    """Raised inside a worker by its ``emit``/``receive`` callables to make the worker loop
+    return quietly (the consumer stopped it). Never reaches user code."""
+
+
+class ReconstructedError(Exception):
+    """Stands in for a worker exception whose type could not be unpickled in the consumer."""
+
+
+class StateMismatchError(DataFlowError, ValueError):
+    """A state does not match the pipeline it is loaded into."""
+
+
+class CorruptFileError(DataFlowError, ValueError):
+    """A stored file is truncated, corrupt or of another format. The message names the file
+    and, where it applies, the index of the record that could not be read."""
+
+
+class DatasetNotFoundError(DataFlowError, FileNotFoundError):
+    """The files of a dataset are missing and could not be downloaded."""
+
+
+class DownloadError(DataFlowError, OSError):
+    """A download finished but is not what was expected (empty, or of the wrong size)."""
+
+
+class NoneResultError(DataFlowError, ValueError):
+    """A strict parallel mapper's ``map_func`` returned ``None`` (a strict epoch must hold a
+    result for every input)."""

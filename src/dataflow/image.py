@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from dataflow import rng as _rng
 from dataflow.base import DataFlow, RNGDataFlow
-from dataflow.sources import _load_epoch
 from dataflow.state import StateMismatchError, check_state, epoch_state, rng_from_state, rng_state
 from dataflow.wrappers.map import MapData, MapDataComponent
 
@@ -165,7 +165,7 @@ class ImageFromFile(RNGDataFlow):
                 f"state for stage ImageFromFile: expected a position in [0, {n}], found "
                 f"{pos!r}; the state is damaged."
             )
-        _load_epoch(self, state)
+        self.restore_epoch(state)
         self._done, self._token = bool(state["done"]), None
 
 
@@ -257,6 +257,8 @@ class _AugmentBase:
 
     def reset_state(self) -> None:
         self.ds.reset_state()  # type: ignore[attr-defined]
+        # the augmentors' paths are below this stage's own (see dataflow.rng)
+        self.augs.__dict__["_rng_path"] = _rng.path_of(self)
         self.augs.reset_state()
 
     def state_dict(self) -> dict[str, Any]:
@@ -286,33 +288,13 @@ class _AugmentBase:
             ) from e
         self.ds.load_state_dict(state["child"])  # type: ignore[attr-defined]
         for aug, r in zip(augs, rngs):
-            aug.rng = r
+            aug._set_stream(r)
 
 
 def _augmentor_tree(root: Any) -> list[Any]:
-    """``root`` and every augmentor inside it, each once, in a fixed order (depth first,
-    attributes by name)."""
-    imgaug = _imgaug()
-    out: list[Any] = []
-    seen: set[int] = set()
+    from dataflow.imgaug.base import augmentor_tree
 
-    def visit(obj: Any) -> None:
-        if isinstance(obj, imgaug.ImageAugmentor):
-            if id(obj) in seen:
-                return
-            seen.add(id(obj))
-            out.append(obj)
-            attrs = getattr(obj, "__dict__", {})
-            for key in sorted(attrs):
-                if key != "_rng":
-                    visit(attrs[key])
-        elif isinstance(obj, list | tuple):
-            for x in obj:
-                if isinstance(x, imgaug.ImageAugmentor | list | tuple):
-                    visit(x)
-
-    visit(root)
-    return out
+    return augmentor_tree(root)
 
 
 def _mutable(dp: Any) -> Any:

@@ -1,43 +1,58 @@
-"""Reproducible random streams, derived with :class:`numpy.random.SeedSequence`.
+"""Reproducible random streams: every stream is a pure function of the pipeline.
 
-Every random stage owns a ``numpy.random.RandomState`` (tensorpack's ``self.rng`` API:
-``rand``, ``randint``, ``uniform``, ``shuffle``, ...) whose bits come from an MT19937 seeded by a
-``SeedSequence`` built from:
+Every random thing in a pipeline (sources, wrappers, augmentors, the global ``np.random`` and
+``random`` generators inside parallel workers) draws from a stream derived with
+:class:`numpy.random.SeedSequence` from a *base seed* and a *key*; nothing depends on the order
+in which this process created or reset other flows (the derivation is documented in
+``docs/reproducibility.md``):
 
-* the base seed: the stage's own ``seed=`` argument, else the global :func:`set_seed` value,
-  else fresh OS entropy (never time or pid);
-* the stage's ordinal: the order in which stages first derive their stream in this process,
-  which is the same in every run of the same program;
-* the worker id (set in a parallel worker by :func:`set_worker_info`) and the epoch.
-
-The same seed therefore gives the same stream in every run, and two workers never share one.
+* **base seed**: the stage's own ``seed=`` argument, else the global :func:`set_seed` value
+  read when the stage is reset, else fresh OS entropy (never time or pid);
+* **path**: the stage's position in its pipeline. ``reset_state()`` called by the user makes
+  that stage the root, path ``()``; its ``k``-th child (in :meth:`DataFlow.children` order) has
+  path ``(k,)``, that child's ``j``-th child ``(k, j)``, and so on. A stage with its own
+  ``seed=`` ignores its path: its seed fixes its stream wherever it sits;
+* **worker**: a runner's copy ``i`` of a flow (runners run independent copies);
+* **epoch**: sources and wrappers draw a new stream for each epoch;
+* **input**: inside a parallel mapper, the draws made while mapping one input are keyed by that
+  input's (epoch, position), not by the worker that runs it, so the output of a strict,
+  ordered mapper does not depend on the number of workers, the back end or scheduling.
 """
 
 from __future__ import annotations
 
-import itertools
+import contextlib
 import threading
+import zlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 __all__ = [
     "derive_rng",
-    "derive_seed_sequence",
+    "epoch_rng",
     "get_rng",
     "get_seed",
     "get_worker_info",
+    "input_rng",
     "set_seed",
     "set_worker_info",
+    "stage_sequence",
+    "worker_scope",
 ]
+
+#: first element of every spawn key: which kind of stream it is (so kinds never collide)
+STAGE, AUGMENTOR, INPUTS, GLOBALS = 1, 2, 3, 4
 
 _lock = threading.Lock()
 _global_seed: int | None = None
-_stage_counter = itertools.count()
-_worker_id: int | None = None
+_process_worker: int | None = None  # set in worker processes and Ray actors
+_tls = threading.local()  # per thread: worker (thread runners), reset depth, input scope
 
 
-def _check_seed(seed: Any, name: str = "seed") -> int | None:
+def check_seed(seed: Any, name: str = "seed") -> int | None:
+    """``seed`` as an int, or ``None``; a clear ``ValueError`` for anything else."""
     if seed is None:
         return None
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
@@ -49,16 +64,15 @@ def _check_seed(seed: Any, name: str = "seed") -> int | None:
 
 
 def set_seed(seed: int | None) -> None:
-    """Set the global base seed used by every random stage created without ``seed=``.
+    """Set the global base seed of every random stage created without ``seed=``.
 
-    ``None`` returns to fresh OS entropy. Call it before ``reset_state()``; stages derive their
-    streams when they are reset.
+    ``None`` returns to fresh OS entropy. Stages read it when they are reset, so call it before
+    ``reset_state()``.
     """
-    global _global_seed, _stage_counter
-    seed = _check_seed(seed)
+    global _global_seed
+    seed = check_seed(seed)
     with _lock:
         _global_seed = seed
-        _stage_counter = itertools.count()
 
 
 def get_seed() -> int | None:
@@ -67,49 +81,198 @@ def get_seed() -> int | None:
 
 
 def set_worker_info(worker_id: int | None) -> None:
-    """Declare that this process (or thread pool) is worker ``worker_id``; used by runners."""
-    global _worker_id
-    _worker_id = None if worker_id is None else int(worker_id)
+    """Declare that this whole process is worker ``worker_id`` (process workers, Ray actors)."""
+    global _process_worker
+    _process_worker = None if worker_id is None else int(worker_id)
 
 
 def get_worker_info() -> int | None:
-    """The worker id of this process, or ``None`` in the main process."""
-    return _worker_id
+    """The worker id of the copy being reset or run here, or ``None`` outside runners."""
+    worker = getattr(_tls, "worker", None)
+    return _process_worker if worker is None else worker
 
 
-def next_stage_ordinal() -> int:
-    with _lock:
-        return next(_stage_counter)
+@contextlib.contextmanager
+def worker_scope(worker_id: int) -> Iterator[None]:
+    """Reset a runner's copy ``worker_id`` of a flow inside this block (in this thread).
+
+    The copy keeps the stage paths it was given in the pipeline it belongs to, and its random
+    stages key their streams by ``worker_id``.
+    """
+    saved = getattr(_tls, "worker", None), getattr(_tls, "keep_paths", False)
+    _tls.worker, _tls.keep_paths = int(worker_id), True
+    try:
+        yield
+    finally:
+        _tls.worker, _tls.keep_paths = saved
 
 
-def derive_seed_sequence(seed: int | None, *keys: int) -> np.random.SeedSequence:
-    """A ``SeedSequence`` for base ``seed`` (or the global seed, or OS entropy) and ``keys``."""
-    seed = _check_seed(seed)
-    if seed is None:
-        seed = _global_seed
-    worker = -1 if _worker_id is None else _worker_id
-    spawn_key = (*tuple(int(k) for k in keys), worker + 1)
-    if seed is None:
-        return np.random.SeedSequence(None, spawn_key=spawn_key)
-    return np.random.SeedSequence(seed, spawn_key=spawn_key)
+# ---- stage paths ------------------------------------------------------------------------------
 
 
-def derive_rng(seed: int | None, *keys: int) -> np.random.RandomState:
-    """A ``RandomState`` (tensorpack's rng API) drawn from :func:`derive_seed_sequence`."""
-    return np.random.RandomState(np.random.MT19937(derive_seed_sequence(seed, *keys)))
+@contextlib.contextmanager
+def keep_paths() -> Iterator[None]:
+    """Resets inside this block keep the stage paths they have (a restart of a stage's workers
+    by the stage itself is not a new root)."""
+    saved = getattr(_tls, "keep_paths", False)
+    _tls.keep_paths = True
+    try:
+        yield
+    finally:
+        _tls.keep_paths = saved
 
 
-def rng_from_sequence(seq: np.random.SeedSequence, *keys: int) -> np.random.RandomState:
-    """A ``RandomState`` for a child of ``seq`` identified by ``keys`` (e.g. the epoch)."""
-    child = np.random.SeedSequence(seq.entropy, spawn_key=tuple(seq.spawn_key) + tuple(keys))
+def path_of(obj: Any) -> tuple[int, ...]:
+    """The path given to ``obj`` by the last root reset (``()`` if none)."""
+    return obj.__dict__.get("_rng_path", ())
+
+
+def assign_paths(root: Any, base: tuple[int, ...] = ()) -> None:
+    """Give every stage of the pipeline below ``root`` its path (see the module docstring),
+    ``root`` itself getting ``base``.
+
+    A stage reachable along several paths (a flow shared by two parents) keeps the first one
+    in depth-first order.
+    """
+    seen: set[int] = set()
+    stack: list[tuple[Any, tuple[int, ...]]] = [(root, base)]
+    while stack:
+        obj, path = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        obj.__dict__["_rng_path"] = path
+        kids = obj.children()
+        stack.extend((kids[k], (*path, k)) for k in reversed(range(len(kids))))
+
+
+@contextlib.contextmanager
+def reset_scope(flow: Any) -> Iterator[None]:
+    """Around a ``reset_state()``: the outermost one (the user's call) assigns the paths."""
+    depth = getattr(_tls, "depth", 0)
+    if depth == 0 and not getattr(_tls, "keep_paths", False):
+        assign_paths(flow)
+    _tls.depth = depth + 1
+    try:
+        yield
+    finally:
+        _tls.depth = depth
+
+
+# ---- streams ----------------------------------------------------------------------------------
+
+
+def stage_sequence(
+    seed: int | None,
+    path: tuple[int, ...],
+    kind: int = STAGE,
+    worker: Any = "current",
+    use_path: bool | None = None,
+) -> np.random.SeedSequence:
+    """The ``SeedSequence`` of a stage: base seed, path, worker.
+
+    ``use_path`` (default: only when ``seed`` is ``None``) mixes the path in: a stage's own
+    ``seed=`` fixes its stream wherever the stage sits.
+    """
+    base = check_seed(seed)
+    if use_path is None:
+        use_path = base is None
+    keys: tuple[int, ...] = (kind, len(path) + 1, *path) if use_path else (kind, 0)
+    if base is None:
+        base = _global_seed
+    w = get_worker_info() if worker == "current" else worker
+    spawn_key = (*keys, 0 if w is None else int(w) + 1)
+    return np.random.SeedSequence(base, spawn_key=spawn_key)
+
+
+def derive_rng(seq: np.random.SeedSequence, *keys: int) -> np.random.RandomState:
+    """A ``RandomState`` (tensorpack's rng API) for the child ``keys`` of ``seq``."""
+    child = np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, *keys))
     return np.random.RandomState(np.random.MT19937(child))
+
+
+def epoch_rng(seq: np.random.SeedSequence, epoch: int) -> np.random.RandomState:
+    """The stream of epoch ``epoch`` (0-based) of the stage whose sequence is ``seq``."""
+    return derive_rng(seq, epoch + 1)
+
+
+def name_key(obj: Any) -> tuple[int]:
+    """A path for an object that no pipeline placed: derived from its class name."""
+    name = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    return (zlib.crc32(name.encode()),)
 
 
 def get_rng(obj: Any = None, seed: int | None = None) -> np.random.RandomState:
     """tensorpack-compatible helper: a new ``RandomState`` for ``obj``.
 
-    Unlike tensorpack, it never uses time, pid or ``id(obj)``: it is seeded from ``seed``, else
-    the global seed (with a per-call ordinal, so two calls differ but reproduce), else OS entropy.
+    Unlike tensorpack it never uses time, pid or ``id(obj)``: the stream comes from ``seed``,
+    else the global seed, else OS entropy, keyed by ``obj``'s place in its pipeline when it is a
+    stage being reset, else by its class name.
     """
-    del obj
-    return derive_rng(seed, next_stage_ordinal())
+    if obj is None:
+        return derive_rng(stage_sequence(seed, ()))
+    path = obj.__dict__.get("_rng_path") if hasattr(obj, "__dict__") else None
+    return derive_rng(stage_sequence(seed, name_key(obj) if path is None else path))
+
+
+# ---- per-input streams inside parallel mappers ------------------------------------------------
+
+
+class InputScope:
+    """The per-input streams of one parallel mapper in one thread (a worker).
+
+    ``begin(epoch, pos)`` before mapping an input; :func:`input_rng` then gives each owner (an
+    augmentor, the global generators) a stream keyed by (mapper, owner, epoch, pos), created
+    on the owner's first draw for that input: a Philox generator whose counter is set to the
+    input's key (about 2 us), so inputs that draw nothing cost nothing.
+    """
+
+    __slots__ = ("_counter", "_keys", "_owners", "entropy", "spawn_key", "token")
+
+    def __init__(self, entropy: int, spawn_key: tuple[int, ...]) -> None:
+        self.entropy, self.spawn_key = entropy, tuple(spawn_key)
+        self._keys: dict[tuple, np.ndarray] = {}
+        self._owners: dict[tuple, tuple[np.random.RandomState, object]] = {}
+        self._counter = np.zeros(4, dtype=np.uint64)
+        self.token: object = None
+
+    def begin(self, epoch: int, pos: int) -> None:
+        self._counter = np.array([pos, epoch + 1, 0, 0], dtype=np.uint64)
+        self.token = object()
+
+    def rng(self, owner: tuple) -> np.random.RandomState:
+        cached = self._owners.get(owner)
+        if cached is not None and cached[1] is self.token:
+            return cached[0]
+        key = self._keys.get(owner)
+        if key is None:
+            key = self._keys[owner] = np.random.SeedSequence(
+                self.entropy, spawn_key=(*self.spawn_key, len(owner), *owner)
+            ).generate_state(2, np.uint64)
+        r = cached[0] if cached is not None else np.random.RandomState(np.random.Philox(key=key))
+        r.set_state({
+            "bit_generator": "Philox",
+            "state": {"counter": self._counter.copy(), "key": key},
+            "buffer": np.zeros(4, dtype=np.uint64), "buffer_pos": 4,
+            "has_uint32": 0, "uinteger": 0, "has_gauss": 0, "gauss": 0.0,
+        })
+        self._owners[owner] = (r, self.token)
+        return r
+
+
+def current_input_scope() -> InputScope | None:
+    """The scope of the input being mapped in this thread, if any."""
+    return getattr(_tls, "input", None)
+
+
+def set_input_scope(scope: InputScope | None) -> None:
+    """Enter (or with ``None`` leave) ``scope`` in this thread; used by map workers."""
+    _tls.input = scope
+
+
+def input_rng(owner: tuple[int, ...] = ()) -> np.random.RandomState | None:
+    """The stream of ``owner`` for the input being mapped in this thread, or ``None`` outside
+    a parallel mapper. A map function may draw from ``input_rng()`` directly: its draws then
+    depend only on the input's place in the epoch, whatever worker runs it."""
+    scope = getattr(_tls, "input", None)
+    return None if scope is None else scope.rng((AUGMENTOR, *owner))

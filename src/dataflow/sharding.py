@@ -155,7 +155,7 @@ class ShardData(EpochCounter, ProxyDataFlow):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, rank=self.rank, world_size=self.world_size,
                     drop_remainder=self.drop_remainder)
-        self._restore_counters(state)
+        self.restore_epoch(state)
         if state["done"]:
             self.ds.load_state_dict(finished(state["child"]))
             self._resume_phase = 0

@@ -105,14 +105,7 @@ class FakeData(EpochCounter, RNGDataFlow):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, size=self._size)
-        _load_epoch(self, state)
-
-
-def _load_epoch(flow: Any, state: dict[str, Any]) -> None:
-    """Restore the seed (if saved) and the (epoch, pos, done) counters of a source."""
-    if "seed" in state:
-        flow._load_seed_state(state["seed"])
-    EpochCounter._restore_counters(flow, state)
+        self.restore_epoch(state)
 
 
 class DataFromQueue(DataFlow):
@@ -196,7 +189,7 @@ class DataFromList(EpochCounter, RNGDataFlow):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, size=len(self.lst))
-        _load_epoch(self, state)
+        self.restore_epoch(state)
         self._itr = None
 
 
@@ -264,7 +257,7 @@ def _replay_state(flow: Any) -> dict[str, Any]:
 
 def _replay_load(flow: Any, state: dict[str, Any]) -> None:
     check_state(state, flow)
-    _load_epoch(flow, state)
+    flow.restore_epoch(state)
 
 
 class DataFromIterable(EpochCounter, DataFlow):

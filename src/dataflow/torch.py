@@ -90,14 +90,18 @@ def _can_pin(torch: Any) -> bool:
 
 
 def _parallel_stage(df: DataFlow) -> str | None:
-    """The name of the first stage of ``df`` (following ``.ds``) that runs its own workers."""
-    from dataflow.parallel._base import _Lifecycle
+    """The name of the first stage of ``df`` that runs its own workers."""
+    from dataflow.parallel._lifecycle import Lifecycle
 
-    seen = 0
-    while isinstance(df, DataFlow) and seen < 100:
-        if isinstance(df, _Lifecycle):
-            return type(df).__name__
-        df, seen = getattr(df, "ds", None), seen + 1
+    stack, seen = [df], set()
+    while stack:
+        flow = stack.pop()
+        if id(flow) in seen:
+            continue
+        seen.add(id(flow))
+        if isinstance(flow, Lifecycle):
+            return type(flow).__name__
+        stack.extend(reversed(flow.children()))
     return None
 
 

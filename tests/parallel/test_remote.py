@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from dataflow.parallel import RemoteDataZMQ, send_dataflow_zmq
-from dataflow.parallel._lifecycle import get_context
-from dataflow.parallel._transport import import_zmq
+from dataflow.parallel._processes import get_context
+from dataflow.parallel._zmq import import_zmq
 from dataflow.parallel.remote import dumps_msgpack, loads_msgpack
 from tests.parallel import flows
 

@@ -8,8 +8,8 @@ import time
 import pytest
 
 from dataflow.parallel import MultiProcessRunner, MultiProcessRunnerZMQ, MultiThreadRunner
-from dataflow.parallel._runner import runner_loop
-from dataflow.parallel._worker import DATA, END, STATE, WorkerStopped
+from dataflow.parallel._protocol import DATA, END, STATE, WorkerStopped
+from dataflow.parallel._worker import runner_loop
 from dataflow.rng import get_worker_info
 from dataflow.sources import DataFromList
 from dataflow.state import StateMismatchError

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from dataflow.parallel._transport import (
+from dataflow.parallel._zmq import (
     OOB_MIN_BYTES,
     PLAIN_DECODER,
     Endpoint,

@@ -11,17 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflow.errors import WorkerError
-from dataflow.parallel._runner import runner_loop, runner_stream
-from dataflow.parallel._worker import (
-    DATA,
-    END,
-    ERROR,
-    ErrorInfo,
-    MapScheduler,
-    map_loop,
-    raise_worker_error,
-    repeat_enumerate,
-)
+from dataflow.parallel._protocol import DATA, END, ERROR, ErrorInfo, raise_worker_error
+from dataflow.parallel._runner import runner_stream
+from dataflow.parallel._scheduler import MapScheduler, repeat_enumerate
+from dataflow.parallel._worker import map_loop, runner_loop
 from tests.parallel.flows import Range
 
 
@@ -87,7 +80,7 @@ def test_runner_loop_reports_errors_as_values():
 
 
 def test_map_loop_answers_every_index_even_on_error():
-    chunks = [[(0, [1]), (1, [7]), (2, [3])], None]
+    chunks = [[(0, (0, 0), [1]), (1, (0, 1), [7]), (2, (0, 2), [3])], None]
     sent = []
 
     def f(dp):
@@ -95,7 +88,7 @@ def test_map_loop_answers_every_index_even_on_error():
             raise ValueError("seven")
         return [dp[0] + 1]
 
-    map_loop(lambda: chunks.pop(0), sent.append, f, 2, "S")
+    map_loop(lambda: chunks.pop(0), sent.append, f, 2, "S", (0, ()))
     assert sent[0][0] == ERROR
     assert sent[0][2].index == 1
     assert sent[1] == (DATA, 2, [(0, [2]), (1, None), (2, [4])])
@@ -129,7 +122,7 @@ class FakeTransport:
     def submit(self, chunk):
         self.in_flight += len(chunk)
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
-        self.pending.append([(i, self.func(dp)) for i, dp in chunk])
+        self.pending.append([(i, self.func(dp)) for i, _key, dp in chunk])
 
     def receive(self, timeout):
         if not self.pending:

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
 
-from dataflow.errors import DataFlowError
+from dataflow.errors import DatasetNotFoundError, DownloadError
 
 __all__ = [
     "DATASET_ENV_VARS",
@@ -52,14 +52,6 @@ def _urlopen(url: str, timeout: float):
 urlopen = _urlopen
 """The URL opener used by :func:`download`, called as ``urlopen(url, timeout=seconds)``;
 replace it to forbid or redirect network access."""
-
-
-class DatasetNotFoundError(DataFlowError, FileNotFoundError):
-    """The files of a dataset are missing and could not be downloaded."""
-
-
-class DownloadError(DataFlowError, OSError):
-    """A download finished but is not what was expected (empty, or of the wrong size)."""
 
 
 def get_dataset_path(*parts: str) -> str:

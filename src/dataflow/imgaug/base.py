@@ -4,28 +4,28 @@
 Augmentors sample, transforms apply: ``get_transform(img)`` does all the random sampling and
 returns a deterministic :class:`~dataflow.imgaug.transform.Transform`.
 
-Random streams. Every augmentor owns ``self.rng`` (a ``numpy.random.RandomState``), derived
-lazily on first use from :mod:`dataflow.rng`: the global seed (:func:`dataflow.rng.set_seed`),
-a per-augmentor ordinal (the order in which augmentors first draw in this process, the same in
-every run of the same program) and the worker id (:func:`dataflow.rng.get_worker_info`). So
+Random streams (see :mod:`dataflow.rng`). Every augmentor owns ``self.rng`` (a
+``numpy.random.RandomState``), derived from a base seed (its own ``seed=``, which every augmentor
+accepts as a keyword, else the global :func:`dataflow.set_seed`, else OS entropy) and its *path*:
+the stage that owns it (``AugmentImageComponent`` and friends) gives every augmentor inside it a
+path below the stage's own, in a fixed order (depth first, attributes by name). So
 
-* with a seed, an augmentor list yields the same transforms in every run;
-* ``reset_state()`` re-derives the stream (it restarts it, from the same seed);
-* after ``fork`` every live augmentor's stream is marked stale and re-derived on first use in
-  the child, *after* the worker has declared its id, so workers get different, reproducible
-  streams (tensorpack re-seeded from time and pid, and ``fix_rng_seed`` made workers identical);
-* a pickled augmentor (e.g. sent to a spawned worker) re-derives its stream when unpickled,
-  from the global seed of the process that pickled it if the new process has none.
+* the same seed gives the same transforms in every run, whatever else the program built;
+* ``reset_state()`` re-derives the streams of the augmentor and of every augmentor inside it;
+* inside a parallel mapper, an augmentor draws from a stream keyed by the input being mapped
+  (its epoch and position), so the result does not depend on which worker maps it;
+* an augmentor used on its own, never reset, derives its stream on first use from the global
+  seed and its class name.
 
-Without a seed, streams come from fresh OS entropy.
+As in tensorpack, ``aug.rng = np.random.RandomState(n)`` pins an augmentor to that generator
+(until its next ``reset_state()``).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
-import os
-import threading
-import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -47,27 +47,28 @@ __all__ = ["Augmentor", "AugmentorList", "ImageAugmentor", "PhotometricAugmentor
 
 logger = logging.getLogger(__name__)
 
-_live: weakref.WeakValueDictionary[int, ImageAugmentor] = weakref.WeakValueDictionary()
-_live_lock = threading.Lock()
 _deprecation_logged: set[str] = set()
-
-
-def _mark_all_stale() -> None:
-    """At-fork hook (child side): every live augmentor re-derives its rng on first use."""
-    global _live_lock
-    _live_lock = threading.Lock()  # a lock held by another parent thread stays held otherwise
-    for aug in list(_live.values()):
-        aug.__dict__["_rng"] = None
-
-
-if hasattr(os, "register_at_fork"):  # pragma: no branch
-    os.register_at_fork(after_in_child=_mark_all_stale)
 
 
 def _log_deprecated(what: str, instead: str) -> None:
     if what not in _deprecation_logged:
         _deprecation_logged.add(what)
         logger.warning("%s is deprecated; use %s instead.", what, instead)
+
+
+def _with_seed(init: Any) -> Any:
+    """``init`` that also takes the keyword ``seed=`` (the augmentor's own base seed)."""
+
+    @functools.wraps(init)
+    def __init__(  # noqa: N807 (it becomes the class's __init__)
+        self: ImageAugmentor, *args: Any, seed: int | None = None, **kwargs: Any
+    ) -> None:
+        init(self, *args, **kwargs)
+        if seed is not None:
+            self.seed = _rng.check_seed(seed)
+
+    __init__._takes_seed = True  # type: ignore[attr-defined]
+    return __init__
 
 
 class ImageAugmentor:
@@ -77,52 +78,84 @@ class ImageAugmentor:
     (optionally ``_augment_coords(coords, p)``) keep working through the base ``get_transform``.
     """
 
+    seed: int | None = None  # the augmentor's own base seed (the `seed=` keyword)
     _rng: np.random.RandomState | None = None
-    _rng_ordinal: int | None = None
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> ImageAugmentor:
-        obj = super().__new__(cls)
-        with _live_lock:
-            _live[id(obj)] = obj
-        return obj
+    _pinned = False  # `rng` was assigned by the user
 
     def __init__(self) -> None:
-        """Nothing to do: the random stream is derived lazily (see the module docstring)."""
+        """Nothing to do: the random stream is derived on reset or first use (see the module
+        docstring)."""
 
     # ------------------------------------------------------------ randomness
     @property
     def rng(self) -> np.random.RandomState:
-        """This augmentor's random stream, derived on first use."""
-        r = self.__dict__.get("_rng")
+        """This augmentor's random stream (per input inside a parallel mapper)."""
+        d = self.__dict__
+        if not d.get("_pinned"):
+            scope = _rng.current_input_scope()
+            if scope is not None:
+                return scope.rng(self._owner_key())
+        r = d.get("_rng")
         if r is None:
-            if self._rng_ordinal is None:
-                self._rng_ordinal = _rng.next_stage_ordinal()
-            seed = _rng.get_seed()
-            if seed is None:  # e.g. unpickled in a spawned worker: the seed it was sent with
-                seed = self.__dict__.get("_rng_seed")
-            r = _rng.derive_rng(seed, self._rng_ordinal)
-            self.__dict__["_rng"] = r
+            r = d["_rng"] = self._derive()
         return r
 
     @rng.setter
     def rng(self, value: np.random.RandomState) -> None:
         self.__dict__["_rng"] = value
+        self.__dict__["_pinned"] = value is not None
+
+    def _path(self) -> tuple[int, ...]:
+        path = self.__dict__.get("_rng_path")
+        return _rng.name_key(self) if path is None else path
+
+    def _base_seed(self) -> int | None:
+        """Its own ``seed=``, else the seed of the container or stage that owns it."""
+        return self.seed if self.seed is not None else self.__dict__.get("_inherited_seed")
+
+    def _owner_key(self) -> tuple[int, ...]:
+        seed = self._base_seed()
+        return (_rng.AUGMENTOR, 0 if seed is None else seed + 1, *self._path())
+
+    def _derive(self) -> np.random.RandomState:
+        # an augmentor's own seed fixes its stream wherever it sits; an inherited one (or the
+        # global seed) is mixed with its path, so that the augmentors of a list differ
+        seq = _rng.stage_sequence(self._base_seed(), self._path(), _rng.AUGMENTOR,
+                                  use_path=self.seed is None)
+        return _rng.derive_rng(seq)
+
+    def _set_stream(self, value: np.random.RandomState) -> None:
+        """Continue from ``value`` (a restored stream), without pinning."""
+        self.__dict__["_rng"] = value
 
     def reset_state(self) -> None:
-        """Re-derive the random stream (lazily); containers reset their children too."""
-        self.__dict__["_rng"] = None
+        """Re-derive the random streams of this augmentor and of the augmentors inside it,
+        which get paths below this one's."""
+        base = self._path()
+        for k, aug in enumerate(augmentor_tree(self)):
+            d = aug.__dict__
+            if k:
+                d["_rng_path"] = (*base, k)
+            if k:
+                d["_inherited_seed"] = self._base_seed()
+            d["_pinned"] = False
+            d["_rng"] = aug._derive()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_rng"] = None  # a copy re-derives its stream where it is used
-        if _rng.get_seed() is not None:  # and keeps the global seed (spawned workers)
-            state["_rng_seed"] = _rng.get_seed()
+        if not state.get("_pinned"):
+            state["_rng"] = None  # a copy re-derives its stream where it is used
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        with _live_lock:
-            _live[id(self)] = self
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "get_transform" in cls.__dict__ and "_augment_image" not in cls.__dict__:
+            cls._augment_image = ImageAugmentor._augment_image  # type: ignore[method-assign]
+        init = cls.__dict__.get("__init__")
+        if init is not None and not hasattr(init, "_takes_seed") and (
+            "seed" not in inspect.signature(init).parameters
+        ):
+            cls.__init__ = _with_seed(init)  # type: ignore[method-assign]
 
     def _init(self, params: dict[str, Any] | None = None) -> None:
         """Store a ``locals()`` dict as attributes, skipping ``self`` and ``_``-prefixed names."""
@@ -141,8 +174,7 @@ class ImageAugmentor:
     def _uniform(self, low: float = 0.0, high: float = 1.0) -> float:
         """One ``uniform(low, high)`` draw; the same value as ``self.rng.uniform(low, high)``
         (which computes ``low + (high - low) * random_sample()``), at a fifth of the cost."""
-        r = self.__dict__.get("_rng") or self.rng
-        return low + (high - low) * r.random_sample()
+        return low + (high - low) * self.rng.random_sample()
 
     # ------------------------------------------------------------ main API
     def get_transform(self, img: np.ndarray) -> BaseTransform:
@@ -177,11 +209,6 @@ class ImageAugmentor:
         not this method gets this generic version back (see ``__init_subclass__``).
         """
         return self.get_transform(img).apply_image(img)
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if "get_transform" in cls.__dict__ and "_augment_image" not in cls.__dict__:
-            cls._augment_image = ImageAugmentor._augment_image  # type: ignore[method-assign]
 
     # ------------------------------------------------------------ deprecated API
     def augment_return_params(self, img: np.ndarray) -> tuple[np.ndarray, BaseTransform]:
@@ -255,11 +282,6 @@ class AugmentorList(ImageAugmentor):
                 )
         self.augmentors = list(augmentors)
         super().__init__()
-
-    def reset_state(self) -> None:
-        super().reset_state()
-        for a in self.augmentors:
-            a.reset_state()
 
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         fn.check_image(img)
@@ -340,6 +362,31 @@ class PhotometricAugmentor(ImageAugmentor):
         if ("_augment" in own or "_get_augment_params" in own) and "get_transform" not in own:
             cls.get_transform = PhotometricAugmentor.get_transform  # type: ignore[method-assign]
             cls._augment_image = PhotometricAugmentor._augment_image  # type: ignore[method-assign]
+
+
+def augmentor_tree(root: Any) -> list[ImageAugmentor]:
+    """``root`` and every augmentor inside it, each once, in a fixed order (depth first,
+    attributes by name): the order that gives the augmentors their paths."""
+    out: list[ImageAugmentor] = []
+    seen: set[int] = set()
+
+    def visit(obj: Any) -> None:
+        if isinstance(obj, ImageAugmentor):
+            if id(obj) in seen:
+                return
+            seen.add(id(obj))
+            out.append(obj)
+            attrs = getattr(obj, "__dict__", {})
+            for key in sorted(attrs):
+                if not key.startswith("_rng"):
+                    visit(attrs[key])
+        elif isinstance(obj, list | tuple):
+            for x in obj:
+                if isinstance(x, ImageAugmentor | list | tuple):
+                    visit(x)
+
+    visit(root)
+    return out
 
 
 def _as_augmentor_list(augmentors: Iterable[ImageAugmentor] | AugmentorList) -> AugmentorList:

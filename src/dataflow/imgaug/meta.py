@@ -40,10 +40,6 @@ class RandomApplyAug(ImageAugmentor):
             raise ValueError(f"`prob` must be in [0, 1], got {prob!r}.")
         self.aug, self.prob = _check_aug(aug, "aug"), prob
 
-    def reset_state(self) -> None:
-        super().reset_state()
-        self.aug.reset_state()
-
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         if self._uniform() < self.prob:
             return self.aug.get_transform(img)
@@ -71,11 +67,6 @@ class RandomChooseAug(ImageAugmentor):
         self._augs = augs
         self.aug_lists = aug_lists
 
-    def reset_state(self) -> None:
-        super().reset_state()
-        for a in self._augs:
-            a.reset_state()
-
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         idx = self.rng.choice(len(self._augs), p=self._prob)
         return self._augs[idx].get_transform(img)
@@ -90,11 +81,6 @@ class RandomOrderAug(ImageAugmentor):
         if not isinstance(aug_lists, list | tuple):
             raise TypeError(f"`aug_lists` must be a list of augmentors, got {aug_lists!r}.")
         self.aug_lists = [_check_aug(a, "aug_lists") for a in aug_lists]
-
-    def reset_state(self) -> None:
-        super().reset_state()
-        for a in self.aug_lists:
-            a.reset_state()
 
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         order = self.rng.permutation(len(self.aug_lists))

@@ -1,8 +1,23 @@
 """Parallel execution: runners (N independent copies of a flow) and parallel mappers.
 
-One engine (:mod:`dataflow.parallel._worker`) with three back ends: threads, ``multiprocessing``
-queues and ZeroMQ. Worker errors are raised in the consumer as
-:class:`~dataflow.errors.WorkerError`; nothing hangs, nothing is lost, no process is left behind.
+One engine, laid out by concept; the back ends import only these shared modules, never each
+other:
+
+* ``_protocol``: the messages between workers and consumer, ``ErrorInfo``, the transport
+  protocols;
+* ``_worker``: the worker side (``map_loop``, ``runner_loop``, worker seeding);
+* ``_scheduler``: the consumer side of a mapper (``MapScheduler``: dispatch, strict and
+  ordered reassembly) and its input streams;
+* ``_mapper`` / ``_runner``: the two bases (map one stream / run N copies), iteration, counters
+  and resumable state;
+* ``_lifecycle``: start, stop and clean-up of every runner and mapper;
+* ``_processes``: worker processes (start methods, bootstrap, parent death, ``ProcessPool``);
+* ``_zmq`` and ``shared_memory``: the ZeroMQ transport and shared-memory buffers.
+
+Back ends: ``thread`` (threads), ``process`` (a ``multiprocessing`` queue), ``zmq_map`` and
+``zmq_runner`` (ZeroMQ), ``remote`` (across machines), and :mod:`dataflow.ray`. Worker errors
+are raised in the consumer as :class:`~dataflow.errors.WorkerError`; nothing hangs, nothing is
+lost, no process is left behind.
 
 Every runner and mapper can save and restore where its iteration stands (``state_dict()`` /
 ``load_state_dict()``, JSON-serializable): ordered mappers resume exactly, unordered ones

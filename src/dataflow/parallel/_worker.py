@@ -1,132 +1,29 @@
-"""The parallel engine shared by every back end (threads, ``multiprocessing``, ZeroMQ).
+"""The worker side of the engine, shared by every back end: the bodies that run in a worker
+thread, process or actor (:func:`map_loop`, :func:`runner_loop`) and how a worker seeds itself.
 
-Messages are tuples ``(kind, worker_id, payload)``:
-
-* ``DATA``: a runner's datapoint, or a mapper's list of ``(index, result)`` pairs;
-* ``ERROR``: an :class:`ErrorInfo` -- worker errors travel as values and are re-raised in the
-  consumer as :class:`~dataflow.errors.WorkerError` chained from the original exception;
-* ``READY``: a map worker announces it can take work (nothing is sent to it before that);
-* ``END``: a runner's copy of the flow yielded an empty epoch: that worker has nothing more;
-* ``STATE``: a runner worker's ``(count, state of its copy after count datapoints)``.
-
-Map requests are chunks, lists of ``(index, datapoint)``; ``index`` is a global, increasing
-counter so that results can be matched, ordered and told apart from stale ones.
-
-:class:`MapScheduler` is the consumer side of every mapper: it keeps at most ``buffer_size``
-inputs in flight (submitted and not yet yielded), and
-
-* ``ordered=False``: yields results as they arrive;
-* ``ordered=True``: yields them in input order; results that arrive early wait in a reorder
-  buffer, which the in-flight bound keeps at most ``buffer_size`` long;
-* ``strict=True``: each ``__iter__`` is exactly one pass over the input: every input is mapped
-  once, nothing of another pass is mixed in;
-* ``strict=False``: one endless stream over repeated passes, continued by the next ``__iter__``
-  (results in flight when the consumer stopped are yielded by the next ``__iter__``).
-
-In both modes results that are ``None`` are dropped, as ``MapData`` does. The runners' loops
-are in :mod:`dataflow.parallel._runner`; what the mappers' states hold, in
-:mod:`dataflow.parallel._resume`.
+A worker talks to the consumer through two callables its back end gives it: ``receive()``
+(the next chunk, or ``None`` to stop) and ``emit(msg)`` (send a message of
+:mod:`dataflow.parallel._protocol`). Either may raise :class:`WorkerStopped` to end the loop
+quietly.
 """
 
 from __future__ import annotations
 
 import itertools
-import pickle
-import traceback
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
 
-from dataflow.errors import WorkerError
+import numpy as np
 
-__all__ = [
-    "DATA",
-    "END",
-    "ERROR",
-    "READY",
-    "STATE",
-    "ErrorInfo",
-    "MapScheduler",
-    "WorkerStopped",
-    "map_loop",
-    "raise_worker_error",
-    "repeat_enumerate",
-]
+from dataflow import rng as _rng
+from dataflow.parallel._protocol import DATA, END, ERROR, STATE, ErrorInfo, WorkerStopped
+from dataflow.state import Pacer
 
-DATA, ERROR, READY, END, STATE = 0, 1, 2, 3, 4
-#: seconds between liveness checks while the consumer waits
-POLL_INTERVAL = 0.2
-
-
-class WorkerStopped(BaseException):
-    """Raised by an ``emit``/``receive`` callable to make a worker loop return quietly."""
-
-
-class _ReconstructedError(Exception):
-    """Stands in for a worker exception whose type could not be unpickled in the consumer."""
-
-
-@dataclass(frozen=True)
-class ErrorInfo:
-    """An exception raised in a worker, as a picklable value."""
-
-    exc_type: str
-    message: str
-    traceback: str
-    exc_pickle: bytes | None
-    worker_id: int | None
-    index: int | None = None
-    stage: str | None = None
-
-    @classmethod
-    def capture(
-        cls,
-        exc: BaseException,
-        worker_id: int | None,
-        index: int | None = None,
-        stage: str | None = None,
-    ) -> ErrorInfo:
-        try:
-            exc_pickle = pickle.dumps(exc, protocol=pickle.HIGHEST_PROTOCOL)
-            pickle.loads(exc_pickle)
-        except Exception:
-            exc_pickle = None
-        typ = type(exc)
-        name = typ.__qualname__ if typ.__module__ == "builtins" else (
-            f"{typ.__module__}.{typ.__qualname__}"
-        )
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        return cls(name, str(exc), tb, exc_pickle, worker_id, index, stage)
-
-    def original(self) -> BaseException:
-        """The original exception if it can be unpickled here, else a reconstruction."""
-        if self.exc_pickle is not None:
-            try:
-                exc = pickle.loads(self.exc_pickle)
-                if isinstance(exc, BaseException):
-                    return exc
-            except Exception:
-                pass
-        return _ReconstructedError(f"{self.exc_type}: {self.message}")
-
-    def to_error(self, index: int | None = None) -> WorkerError:
-        return WorkerError(
-            self.exc_type,
-            self.message,
-            self.traceback,
-            worker_id=self.worker_id,
-            index=self.index if index is None else index,
-            stage=self.stage,
-        )
-
-
-def raise_worker_error(info: ErrorInfo, index: int | None = None) -> None:
-    """Raise ``info`` as a ``WorkerError`` chained from the original exception."""
-    raise info.to_error(index) from info.original()
-
-
-# ---- worker side ------------------------------------------------------------------------------
+__all__ = ["map_loop", "queue_emitter", "runner_loop", "seed_globals"]
 
 
 def map_loop(
@@ -135,28 +32,38 @@ def map_loop(
     map_func: Callable[[Any], Any],
     worker_id: int,
     stage: str,
+    inputs: tuple[int, tuple[int, ...]],
     finish_chunk: Callable[[list], list] | None = None,
 ) -> None:
     """Body of a map worker: map each received chunk, send results (or errors) back.
 
-    ``receive()`` returns the next chunk or ``None`` to stop. ``finish_chunk`` may transform
-    a chunk's ``(index, result)`` list before it is sent (the batching mapper uses it); it
-    must keep one pair per index so that the consumer can account for every input.
+    ``receive()`` returns the next chunk of ``(index, key, datapoint)`` or ``None`` to stop.
+    ``inputs`` is the mapper's seed sequence ``(entropy, spawn_key)``: while an input is
+    mapped, :func:`dataflow.rng.input_rng` (and so the augmentors and the global generators)
+    draw from streams keyed by it and the input's ``key``. ``finish_chunk`` may transform a
+    chunk's ``(index, result)`` list before it is sent (the batching mapper uses it); it must
+    keep one pair per index so that the consumer can account for every input.
     """
+    scope = _rng.InputScope(*inputs)
     try:
         while True:
             chunk = receive()
             if chunk is None:
                 return
             results = []
-            for index, dp in chunk:
-                try:
-                    results.append((index, map_func(dp)))
-                except WorkerStopped:
-                    raise
-                except BaseException as e:
-                    emit((ERROR, worker_id, ErrorInfo.capture(e, worker_id, index, stage)))
-                    results.append((index, None))
+            _rng.set_input_scope(scope)
+            try:
+                for index, key, dp in chunk:
+                    scope.begin(*key)
+                    try:
+                        results.append((index, map_func(dp)))
+                    except WorkerStopped:
+                        raise
+                    except BaseException as e:
+                        emit((ERROR, worker_id, ErrorInfo.capture(e, worker_id, index, stage)))
+                        results.append((index, None))
+            finally:
+                _rng.set_input_scope(None)
             if finish_chunk is not None:
                 results = finish_chunk(results)
             try:
@@ -171,219 +78,117 @@ def map_loop(
         return
 
 
-# ---- consumer side ----------------------------------------------------------------------------
+def runner_loop(
+    ds: Any,
+    emit: Callable[[tuple], None],
+    worker_id: int,
+    stage: str,
+    *,
+    reset: bool = True,
+    start: tuple[Any, int] | None = None,
+    checkpoints: bool = False,
+) -> None:
+    """Body of a runner worker: ``reset_state()`` its copy of ``ds`` as worker ``worker_id``
+    (unless ``reset`` is false: the thread runner resets its flows beforehand), then send epochs
+    forever.
 
+    An epoch that yields nothing ends the worker with ``END`` (so an empty or exhausted flow
+    ends the consumer's iteration instead of spinning or hanging).
 
-def repeat_enumerate(ds: Iterable[Any]) -> Iterator[tuple[int, Any]]:
-    """``(position in epoch, datapoint)`` over endless passes of ``ds``; stops on an empty pass."""
-    while True:
-        n = 0
-        for n, dp in enumerate(ds, 1):
-            yield n - 1, dp
-        if n == 0:
+    With ``checkpoints``, it also sends ``STATE`` messages ``(count, ds.state_dict())``: the
+    state of its copy after its first ``count`` datapoints sent (at the start, then at most
+    every 16 datapoints, paced to cost under 0.5 % of the time). ``start = (state, skip)``
+    restores the copy to ``state`` (unless ``None``) and skips ``skip`` datapoints first.
+    """
+    try:
+        if reset:
+            with _rng.worker_scope(worker_id):
+                ds.reset_state()
+        skip, first_may_be_empty = 0, False
+        if start is not None:
+            state, skip = start
+            first_may_be_empty = True  # the rest of a restored epoch may be empty
+            if state is not None:
+                ds.load_state_dict(state)
+        saver = _StateSaver(ds, emit, worker_id) if checkpoints else None
+        if saver is not None and start is None:
+            saver.send(0)
+        step = _StateSaver.EVERY if saver is not None else 1 << 62
+        count = 0  # datapoints sent
+        while True:
+            itr = iter(ds)
+            n = 0
+            if skip:  # already delivered before the restore
+                n = sum(1 for _ in itertools.islice(itr, skip))
+                skip -= n
+            k = step
+            while k == step:  # chunks of `step` datapoints; the state is saved between them
+                k = 0
+                for k, dp in enumerate(itertools.islice(itr, step), 1):  # noqa: B007
+                    emit((DATA, worker_id, dp))
+                n += k
+                count += k
+                if saver is not None and count >= saver.next_at:
+                    saver.maybe_send(count)
+            if n == 0 and not first_may_be_empty:
+                emit((END, worker_id, None))
+                return
+            first_may_be_empty = False
+    except WorkerStopped:
+        return
+    except BaseException as e:
+        try:
+            emit((ERROR, worker_id, ErrorInfo.capture(e, worker_id, stage=stage)))
+        except WorkerStopped:
             return
 
 
-class MapTransport(Protocol):
-    def submit(self, chunk: list[tuple[int, Any]]) -> None: ...
+class _StateSaver:
+    """Sends a runner worker's ``STATE`` messages, paced by their cost."""
 
-    def receive(self, timeout: float) -> tuple | None: ...
+    EVERY = 16
+
+    def __init__(self, ds: Any, emit: Callable[[tuple], None], worker_id: int) -> None:
+        self.ds, self.emit, self.worker_id = ds, emit, worker_id
+        self.next_at = self.EVERY
+        self.pacer = Pacer()
+
+    def maybe_send(self, count: int) -> None:
+        self.next_at = count + self.EVERY
+        if self.pacer.due():
+            self.send(count)
+
+    def send(self, count: int) -> None:
+        start = time.perf_counter()
+        try:
+            state = self.ds.state_dict()
+        except NotImplementedError:
+            self.next_at = 1 << 62  # the copy cannot save a state: never try again
+            return
+        self.emit((STATE, self.worker_id, (count, state)))
+        self.pacer.saved(start)
 
 
-_SKIP = object()
+def queue_emitter(q: queue.Queue, stop: threading.Event) -> Callable[[tuple], None]:
+    """``emit(msg)`` for a worker thread: put ``msg`` into the bounded ``q``, waiting while it is
+    full, and raise :class:`WorkerStopped` once ``stop`` is set (checked every 0.1 s)."""
 
-
-class MapScheduler:
-    """Consumer side of a parallel map; see the module docstring for the semantics."""
-
-    def __init__(
-        self, transport: MapTransport, buffer_size: int, ordered: bool, chunk_size: int = 1
-    ) -> None:
-        self.transport = transport
-        self.buffer_size = buffer_size
-        self.ordered = ordered
-        self.chunk_size = max(1, chunk_size)
-        self._next_index = 0
-        self._epoch_start = 0
-        self._outstanding: dict[int, int] = {}  # index -> position in its epoch
-        self._n_stale = 0  # outstanding inputs of an abandoned strict epoch
-        self._done: dict[int, Any] = {}  # ordered: finished results waiting for their turn
-        self._ready: deque[tuple[int, Any]] = deque()  # unordered: (index, result) to yield
-        self._next_yield = 0
-        self._source: Iterator[tuple[int, Any]] | None = None
-        self._source_done = False
-        # a resumed strict epoch dispatches the positions `_base_pending`, then `_base_read`, ...
-        self._base_pending: list[int] = []
-        self._base_read = 0
-        self._origin = 0  # stream position of the first input the source yields
-        #: called with this scheduler between two reads when due; returns the number of inputs
-        #: until the next call (the mappers save their child's state there)
-        self.checkpoint: Callable[[MapScheduler], int] | None = None
-        self._checkpoint_at = 0
-        self._nones = 0  # None results dropped since the pass (or stream) started
-
-    def queue_stats(self) -> dict[str, int]:
-        """``size``: finished results waiting to be yielded; ``capacity``: ``buffer_size``."""
-        return {"size": len(self._done) + len(self._ready), "capacity": self.buffer_size}
-
-    def _in_flight(self) -> int:
-        return len(self._outstanding) + len(self._done) + len(self._ready)
-
-    def start_epoch(
-        self,
-        source: Iterator[tuple[int, Any]],
-        read: int = 0,
-        pending: list[int] | None = None,
-        origin: int = 0,
-    ) -> None:
-        """Begin a new pass (strict), or restart the stream (a restored non-strict one): what is
-        still in flight from before is dropped.
-
-        A resumed stream (see :meth:`progress`) gives the ``(read, pending)`` it was saved with;
-        ``source`` must then yield exactly the stream positions ``pending``, then ``read,
-        read + 1...``; ``origin`` is the position the underlying stream restarts from.
-        """
-        self._base_pending = list(pending or ())
-        self._base_read = max(read, origin)
-        self._nones = 0
-        self._origin = origin
-        self._epoch_start = self._next_index
-        self._n_stale = len(self._outstanding)
-        self._done.clear()
-        self._ready.clear()
-        self._next_yield = self._next_index
-        self._source, self._source_done = source, False
-
-    def set_source(self, source: Iterator[tuple[int, Any]]) -> None:
-        """Use ``source`` for a continued, non-strict stream (called once)."""
-        self._source, self._source_done = source, False
-
-    def _fill(self) -> None:
-        source = self._source
-        chunk_size = self.chunk_size
-        while not self._source_done:
-            room = self.buffer_size - self._in_flight()
-            # wait for room for a whole chunk, unless the workers are about to run dry
-            if room <= 0 or (room < chunk_size and len(self._outstanding) >= chunk_size):
-                return
-            room = min(chunk_size, room)
-            if self._next_index >= self._checkpoint_at and self.checkpoint is not None:
-                self._checkpoint_at = self._next_index + self.checkpoint(self)
-            # take the inputs first: if the source raises, nothing is half-registered
-            items = list(itertools.islice(source, room))  # type: ignore[arg-type]
-            if len(items) < room:
-                self._source_done = True
-            if not items:
-                return
-            first = self._next_index
-            self._next_index += len(items)
-            chunk = []
-            for idx, (pos, dp) in enumerate(items, first):
-                self._outstanding[idx] = pos
-                chunk.append((idx, dp))
-            self.transport.submit(chunk)
-
-    def _handle(self, msg: tuple) -> None:
-        kind, _wid, payload = msg
-        if kind == DATA:
-            for item in payload:
-                idx, out = item
-                if self._outstanding.pop(idx, None) is None:
-                    continue
-                if idx < self._epoch_start:
-                    self._n_stale -= 1
-                elif self.ordered:
-                    self._done[idx] = _SKIP if out is None else out
-                elif out is not None:
-                    self._ready.append(item)  # the (index, result) pair
-                else:
-                    self._nones += 1
-        elif kind == ERROR:
-            pos = self._outstanding.get(payload.index) if payload.index is not None else None
-            raise_worker_error(payload, pos)
-
-    def _pop_ready(self) -> tuple[bool, Any]:
-        if self.ordered:
-            while self._next_yield in self._done:
-                out = self._done.pop(self._next_yield)
-                self._next_yield += 1
-                if out is not _SKIP:
-                    return True, out
-                self._nones += 1
-            return False, None
-        if self._ready:
-            return True, self._ready.popleft()[1]
-        return False, None
-
-    def yielded(self) -> int:
-        """Results yielded since the pass (or stream) started, computed from the counters (the
-        hot path does not count them)."""
-        n = self._next_index - self._epoch_start
-        if self.ordered:
-            return self._next_yield - self._epoch_start - self._nones
-        undelivered = len(self._outstanding) - self._n_stale + len(self._ready)
-        return n - undelivered - self._nones
-
-    def dispatched(self) -> int:
-        """Inputs submitted so far (all passes)."""
-        return self._next_index
-
-    def checkpoint_after(self, n: int) -> None:
-        """Call :attr:`checkpoint` again once ``n`` more inputs were read."""
-        self._checkpoint_at = self._next_index + n
-
-    def read_position(self) -> int:
-        """The stream position the source reads next (its generator is suspended between
-        reads whenever the consumer's code runs)."""
-        n = self._next_index - self._epoch_start
-        if n == 0:
-            return self._origin
-        nb = len(self._base_pending)
-        return (self._base_pending[n - 1] if n <= nb else self._base_read + n - 1 - nb) + 1
-
-    def progress(self) -> tuple[int, list[int]]:
-        """``(read, pending)`` of the pass (strict) or stream in progress, in its positions: each
-        position below ``read`` was delivered (yielded, or dropped as ``None``) unless it is in
-        ``pending`` (sorted); none from ``read`` on was. ``pending`` holds at most
-        ``buffer_size`` positions (the inputs in flight)."""
-        start = self._epoch_start
-        n = self._next_index - start  # inputs dispatched in this pass
-        base, nb, read0 = self._base_pending, len(self._base_pending), self._base_read
-        if self.ordered:
-            undelivered: Iterable[int] = range(self._next_yield - start, n)
-        else:
-            undelivered = [i - start for i in self._outstanding if i >= start]
-            undelivered += [i - start for i, _ in self._ready]
-        pending = {base[k] if k < nb else read0 + k - nb for k in undelivered}
-        pending.update(base[n:])  # saved as pending, not dispatched again yet
-        read = read0 + max(0, n - nb)
-        out = sorted(pending)
-        while out and out[-1] == read - 1:  # a pending tail is the same as not read
-            out.pop()
-            read -= 1
-        return read, out
-
-    def run(self) -> Iterator[Any]:
-        """Yield results until the current source is exhausted and everything is drained."""
+    def emit(msg: tuple) -> None:
         while True:
-            self._fill()
-            ok, out = self._pop_ready()
-            if ok:
-                yield out
-                continue
-            self._fill()  # skipping dropped (None) results may have made room
-            if self._source_done and len(self._outstanding) == self._n_stale:
-                return
-            if not self._outstanding:  # nothing to wait for: _fill can submit now
-                continue
+            if stop.is_set():
+                raise WorkerStopped
             try:
-                msg = self.transport.receive(POLL_INTERVAL)
-            except WorkerError as e:
-                if e.index is not None and e.index in self._outstanding:
-                    raise WorkerError(
-                        e.exc_type, e.exc_message, e.remote_traceback, e.worker_id,
-                        self._outstanding[e.index], e.stage,
-                    ) from e.__cause__
-                raise
-            if msg is not None:
-                self._handle(msg)
+                q.put(msg, timeout=0.1)
+                return
+            except queue.Full:
+                pass
+
+    return emit
+
+
+def seed_globals(seq: np.random.SeedSequence) -> None:
+    """Seed this process's global ``np.random`` and ``random`` from ``seq`` (a runner worker's
+    copy of the flow: distinct per worker, reproducible under a seed)."""
+    state = seq.generate_state(4)
+    np.random.seed(state)
+    random.seed(int.from_bytes(state.tobytes(), "little"))

@@ -25,9 +25,9 @@ import msgpack
 import numpy as np
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard
-from dataflow.parallel._base import check_positive_int, known_length
-from dataflow.parallel._transport import import_zmq
+from dataflow.parallel._zmq import import_zmq
 from dataflow.state import check_state
+from dataflow.validation import check_positive_int, known_length
 
 __all__ = ["RemoteDataZMQ", "send_dataflow_zmq"]
 

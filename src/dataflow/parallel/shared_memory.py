@@ -29,11 +29,13 @@ import uuid
 import warnings
 
 __all__ = [
+    "RING_BYTES",
     "SHM_DIR",
     "Ring",
     "SharedMemoryWriter",
     "cleanup_segments",
     "cleanup_stale_segments",
+    "make_rings",
     "new_prefix",
     "open_segment",
     "shm_available",
@@ -207,3 +209,21 @@ class Ring:
         self.tail.release()
         self.view.release()
         self.mm.close()
+
+
+#: bytes of each worker's shared ring (fork only), for arrays of 32 KiB to 2 MiB
+RING_BYTES = 8 * 1024 * 1024
+
+_stale_checked = False
+
+
+def make_rings(use_shm: bool, start_method: str, n: int) -> list[Ring] | None:
+    """One shared ring per worker when workers are forked (``start_method`` is the effective
+    one: they inherit the memory); the first call also removes stale segments."""
+    global _stale_checked
+    if use_shm and not _stale_checked:
+        _stale_checked = True
+        cleanup_stale_segments()
+    if not use_shm or start_method != "fork":
+        return None
+    return [Ring(RING_BYTES) for _ in range(n)]

@@ -12,37 +12,20 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any
 
+from dataflow import _global_rng
 from dataflow import rng as _rng
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated, WorkerError
-from dataflow.parallel._base import RunnerBase, check_positive_int
 from dataflow.parallel._mapper import MapperBase
-from dataflow.parallel._resume import child_state
-from dataflow.parallel._runner import runner_loop
-from dataflow.parallel._worker import MapScheduler, WorkerStopped, map_loop
+from dataflow.parallel._runner import RunnerBase
+from dataflow.parallel._worker import map_loop, queue_emitter, runner_loop
+from dataflow.state import child_state
+from dataflow.validation import check_positive_int, renamed_kwargs
 
 __all__ = ["MultiThreadMapData", "MultiThreadPrefetchData", "MultiThreadRunner"]
 
-_reset_lock = threading.Lock()
 #: seconds ``close()`` waits for each thread to finish
 JOIN_TIMEOUT = 5.0
-
-
-def queue_emitter(q: queue.Queue, stop: threading.Event) -> Callable[[tuple], None]:
-    """``emit(msg)`` for a worker thread: put ``msg`` into the bounded ``q``, waiting while it is
-    full, and raise :class:`WorkerStopped` once ``stop`` is set (checked every 0.1 s)."""
-
-    def emit(msg: tuple) -> None:
-        while True:
-            if stop.is_set():
-                raise WorkerStopped
-            try:
-                q.put(msg, timeout=0.1)
-                return
-            except queue.Full:
-                pass
-
-    return emit
 
 
 class _ThreadGroup:
@@ -82,20 +65,21 @@ class _ThreadGroup:
 class MultiThreadRunner(RunnerBase):
     """Run ``num_thread`` flows, each built by ``get_df()``, in threads of this process.
 
-    Tensorpack's contract (SPEC 2.6): ``get_df`` is called once per thread (in ``__init__``)
+    Tensorpack's contract: ``get_df`` is called once per thread (in ``__init__``)
     to build that thread's own flow, which the thread iterates forever into a queue of
     ``num_prefetch`` datapoints. ``len()`` is the first flow's length; each ``__iter__``
     yields that many datapoints (or forever when unknown).
 
-    Unlike tensorpack: each flow is reset once (by ``reset_state()``, with
-    ``dataflow.rng`` worker id ``i`` so random flows get distinct streams), and an exception
-    in a thread is raised in the consumer as :class:`~dataflow.errors.WorkerError`.
+    Unlike tensorpack: each flow is reset once (by ``reset_state()``, as runner worker ``i``,
+    so random flows get distinct streams: see :func:`dataflow.rng.worker_scope`), and an
+    exception in a thread is raised in the consumer as :class:`~dataflow.errors.WorkerError`.
 
     ``state_dict()`` saves counters only: the threads' flows are independent copies, so a
     restore cannot be exact; the restored epoch yields the datapoints it had left (see
     :meth:`RunnerBase.state_dict <dataflow.parallel._base.RunnerBase.state_dict>`).
     """
 
+    @renamed_kwargs(nr_prefetch="num_prefetch", nr_thread="num_thread")
     def __init__(self, get_df: Callable[[], DataFlow], num_prefetch: int, num_thread: int) -> None:
         if not callable(get_df):
             raise TypeError(
@@ -111,15 +95,16 @@ class MultiThreadRunner(RunnerBase):
         self._initial_states: list[Any] = [None] * self.num_thread
         self._pristine: list[Any] | None = None  # the flows' states after their first reset
 
+    def children(self) -> list[DataFlow]:
+        return list(self.dfs)
+
     def _start(self) -> None:
-        with _reset_lock:  # the worker id is process-global: reset the flows one at a time
-            saved = _rng.get_worker_info()
-            try:
-                for i, df in enumerate(self.dfs):
-                    _rng.set_worker_info(i)
-                    df.reset_state()
-            finally:
-                _rng.set_worker_info(saved)
+        # every copy sits where the first does in the pipeline, and is keyed by its worker
+        path = _rng.path_of(self.dfs[0])
+        for i, df in enumerate(self.dfs):
+            _rng.assign_paths(df, path)
+            with _rng.worker_scope(i):
+                df.reset_state()
         # the flows are reused across restarts: a restore needs their states from now, and a
         # restored worker saved before it sent any state starts from the first ones
         self._initial_states = [child_state(df) for df in self.dfs]
@@ -144,20 +129,8 @@ class MultiThreadRunner(RunnerBase):
             ],
             stop,
         )
-        group = self._group
-        finished = self._finished
-
-        def receive(timeout: float) -> tuple | None:
-            if stop.is_set():
-                raise DataFlowTerminated(f"{name} was closed while being iterated")
-            try:
-                return q.get(timeout=timeout)
-            except queue.Empty:
-                group.check(ignore=finished)
-                return None
-
-        self._receive = receive  # type: ignore[method-assign]
-        group.start()
+        self._transport = _QueueTransport(q, self._group, self._finished)
+        self._group.start()
 
     def _initial_state(self, i: int) -> Any:
         return self._initial_states[i]
@@ -169,6 +142,7 @@ class MultiThreadRunner(RunnerBase):
         return None if q is None else {"size": q.qsize(), "capacity": self.num_prefetch}
 
     def _stop(self) -> None:
+        self._transport = None
         if self._group is not None:
             self._group.join()
             self._group = None
@@ -183,8 +157,28 @@ class MultiThreadRunner(RunnerBase):
 MultiThreadPrefetchData = MultiThreadRunner
 
 
+class _QueueTransport:
+    """The runner's consumer side: the threads' queue, and a check of threads that died."""
+
+    def __init__(self, q: queue.Queue, group: _ThreadGroup, finished: set[int]) -> None:
+        self.q, self.group, self.finished = q, group, finished
+
+    def receive(self, timeout: float) -> tuple | None:
+        if self.group.stop.is_set():
+            raise DataFlowTerminated(f"{self.group.name} was closed while being iterated")
+        try:
+            return self.q.get(timeout=timeout)
+        except queue.Empty:
+            self.group.check(ignore=self.finished)
+            return None
+
+
 class _ThreadMapTransport:
-    def __init__(self, map_func: Callable[[Any], Any], num_thread: int, name: str) -> None:
+    """The mapper's transport: an input queue that the threads take chunks from, an output
+    queue of their messages."""
+
+    def __init__(self, map_func: Callable[[Any], Any], num_thread: int, name: str,
+                 inputs: tuple[int, tuple[int, ...]]) -> None:
         self._in: queue.SimpleQueue = queue.SimpleQueue()
         self._out: queue.SimpleQueue = queue.SimpleQueue()
         stop = threading.Event()
@@ -196,7 +190,7 @@ class _ThreadMapTransport:
         self.group = _ThreadGroup(
             name,
             [
-                (lambda i=i: map_loop(receive, self._out.put, map_func, i, name))
+                functools.partial(map_loop, receive, self._out.put, map_func, i, name, inputs)
                 for i in range(num_thread)
             ],
             stop,
@@ -237,10 +231,15 @@ class MultiThreadMapData(MapperBase):
     * ``strict=True``: each ``__iter__`` yields exactly the results of one pass of ``ds``.
     * ``ordered=False``: results in completion order; ``ordered=True``: in input order.
 
-    ``None`` results are dropped (as ``MapData`` does; tensorpack's strict mode asserted).
-    ``len()`` is ``len(ds)``. Unlike tensorpack, an exception in ``map_func`` is raised in the
-    consumer as :class:`~dataflow.errors.WorkerError` (with the input's index) instead of
-    killing the thread and hanging, and ``buffer_size`` may exceed ``len(ds)``.
+    ``None`` results are dropped when ``strict=False`` (as ``MapData`` does); with
+    ``strict=True`` a ``None`` result raises, as in tensorpack (an epoch must hold a result for
+    every input). ``len()`` is ``len(ds)``. Random draws made while mapping an input
+    (augmentors, ``np.random.*``, ``random.*``, :func:`dataflow.rng.input_rng`) are keyed by the
+    input's place in the epoch: with a seed, a strict, ordered mapper's output is the same for
+    any number of threads, and the same as the process mappers'. Unlike tensorpack, an
+    exception in ``map_func`` is raised in the consumer as
+    :class:`~dataflow.errors.WorkerError` (with the input's index) instead of killing the thread
+    and hanging, and ``buffer_size`` may exceed ``len(ds)``.
 
     Resumable (``state_dict()`` / ``load_state_dict()``): exact with ``strict=True,
     ordered=True``; strict and unordered, the rest of the epoch holds every undelivered result
@@ -250,6 +249,7 @@ class MultiThreadMapData(MapperBase):
 
     _worker_arg = "num_thread"
 
+    @renamed_kwargs(nr_thread="num_thread")
     def __init__(
         self,
         ds: DataFlow,
@@ -259,19 +259,24 @@ class MultiThreadMapData(MapperBase):
         buffer_size: int = 200,
         strict: bool = False,
         ordered: bool = False,
+        seed: int | None = None,
     ) -> None:
         super().__init__(ds, num_thread, map_func, buffer_size, strict, ordered)
         self.num_thread = self.num_workers
+        self.seed = seed
         self._transport: _ThreadMapTransport | None = None
+        self._dispatching = False  # _global_rng installed for this mapper's threads
 
     def _start(self) -> None:
-        self._transport = _ThreadMapTransport(self.map_func, self.num_thread, type(self).__name__)
-
-    def _make_scheduler(self) -> MapScheduler:
-        assert self._transport is not None
-        return MapScheduler(self._transport, self.buffer_size, self.ordered, self._chunk_size())
+        _global_rng.install()
+        self._dispatching = True
+        self._transport = _ThreadMapTransport(self.map_func, self.num_thread,
+                                              type(self).__name__, self._inputs)
 
     def _stop(self) -> None:
         if self._transport is not None:
             self._transport.close()
             self._transport = None
+        if self._dispatching:
+            self._dispatching = False
+            _global_rng.uninstall()

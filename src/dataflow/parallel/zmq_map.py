@@ -1,11 +1,8 @@
 """Process mappers over ZeroMQ: ``MultiProcessMapDataZMQ`` and ``MultiProcessMapAndBatchDataZMQ``.
 
-Dispatch cannot lose a request (the flaw of tensorpack's DEALER/REP design, SPEC 2.7): the
-consumer binds a ROUTER socket; each worker connects a DEALER with identity ``w<id>`` and first
-sends ``READY``. Requests go only to workers that announced themselves, with
-``ROUTER_MANDATORY`` (an unroutable send raises instead of dropping) and no high-water mark
-(memory is bounded by ``buffer_size``, the number of inputs in flight). Each request is a chunk
-of ``(index, datapoint)`` pairs, sent to the least-loaded worker; every input is answered.
+Dispatch cannot lose a request (the flaw of tensorpack's DEALER/REP design): see
+:class:`~dataflow.parallel._zmq.ZmqMapTransport`. Each request is a chunk of inputs, sent to
+the least-loaded worker; every input is answered.
 """
 
 from __future__ import annotations
@@ -15,29 +12,17 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from dataflow.base import DataFlow
-from dataflow.parallel import _lifecycle
-from dataflow.parallel._base import check_positive_int
+from dataflow.errors import UnknownLengthError
+from dataflow.parallel._lifecycle import Resources
 from dataflow.parallel._mapper import MapperBase
-from dataflow.parallel._transport import (
-    PLAIN_DECODER,
-    Endpoint,
-    FrameCodec,
-    FrameDecoder,
-    import_zmq,
-    recv_frames,
-    send_frames,
-)
-from dataflow.parallel._worker import DATA, READY, MapScheduler, map_loop
-from dataflow.parallel.process import ProcessPool
-from dataflow.parallel.shared_memory import (
-    Ring,
-    SharedMemoryWriter,
-    cleanup_segments,
-    new_prefix,
-    shm_available,
-)
-from dataflow.parallel.zmq_runner import make_rings
+from dataflow.parallel._processes import ProcessPool, get_context, parent_info, worker_bootstrap
+from dataflow.parallel._protocol import READY
+from dataflow.parallel._scheduler import MapScheduler
+from dataflow.parallel._worker import map_loop
+from dataflow.parallel._zmq import ZmqMapTransport, map_worker_channel
+from dataflow.parallel.shared_memory import Ring, make_rings, new_prefix, shm_available
 from dataflow.state import check_state, decode_items, encode_items
+from dataflow.validation import check_positive_int, renamed_kwargs
 
 __all__ = [
     "MultiProcessMapAndBatchData",
@@ -79,128 +64,21 @@ def _zmq_map_main(
     map_func: Callable[[Any], Any],
     address: str,
     worker_id: int,
-    parent: tuple[int, bool],
+    parent: tuple,
+    inputs: tuple[int, tuple[int, ...]],
     shm_prefix: str | None,
     stage: str,
     batch_size: int | None,
     ring: Ring | None,
 ) -> None:
-    _lifecycle.worker_bootstrap(worker_id, parent, seed_globals=True)
-    zmq = import_zmq()
-    ctx = zmq.Context()
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.IDENTITY, b"w%d" % worker_id)
-    sock.setsockopt(zmq.SNDHWM, 0)
-    sock.setsockopt(zmq.RCVHWM, 0)
-    sock.setsockopt(zmq.RECONNECT_IVL, 10)
-    sock.connect(address)
-    shm = SharedMemoryWriter(shm_prefix, worker_id) if shm_prefix else None
-    codec = FrameCodec(shm, ring=ring, worker_id=worker_id)
-
-    def emit(msg: tuple) -> None:
-        send_frames(sock, codec.encode(msg))
-
-    def receive() -> list | None:
-        return PLAIN_DECODER.decode(recv_frames(sock))
-
-    emit((READY, worker_id, None))
+    worker_bootstrap(worker_id, parent, dispatch_globals=True)
+    channel = map_worker_channel(address, worker_id, shm_prefix, ring)
+    channel.emit((READY, worker_id, None))
     finish = _Batcher(batch_size) if batch_size else None
     try:
-        map_loop(receive, emit, map_func, worker_id, stage, finish)
+        map_loop(channel.receive, channel.emit, map_func, worker_id, stage, inputs, finish)
     finally:
-        sock.close(linger=0)
-        ctx.term()
-
-
-class _ZmqMapTransport:
-    """Consumer side: ROUTER socket, readiness tracking, least-loaded dispatch."""
-
-    def __init__(
-        self,
-        num_proc: int,
-        shm_prefix: str | None,
-        rings: list[Ring] | None,
-        res: _lifecycle.Resources,
-        name: str,
-    ) -> None:
-        self.zmq = zmq = import_zmq()
-        self.res, self.name = res, name
-        self.endpoint = Endpoint("map")
-        res.add(self.endpoint.cleanup)
-        if shm_prefix is not None:
-            res.add(lambda: cleanup_segments(shm_prefix))
-        self.ctx = zmq.Context()
-        res.add(self.ctx.term)
-        self.sock = self.ctx.socket(zmq.ROUTER)
-        res.add(lambda: self.sock.close(linger=0))
-        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        self.sock.setsockopt(zmq.SNDHWM, 0)
-        self.sock.setsockopt(zmq.RCVHWM, 0)
-        self.sock.setsockopt(zmq.LINGER, 0)
-        self.endpoint.bind(self.sock)
-        # the consumer's own large inputs go to segments named <prefix>-p-<n>
-        self.codec = FrameCodec(SharedMemoryWriter(shm_prefix, "p") if shm_prefix else None)
-        self.decoder = FrameDecoder(rings)
-        res.add(self.decoder.close)
-        self.copy = rings is not None  # ring messages are small frames: copying them is cheaper
-        self.load = [0] * num_proc
-        self.ready: set[int] = set()
-        self.pool: ProcessPool | None = None
-        self._pending: deque[tuple] = deque()
-        self._recv: Callable[[float], tuple | None] = self._raw
-
-    def attach(self, pool: ProcessPool) -> None:
-        self.pool = pool
-        pool.assigned = {i: {} for i in range(len(self.load))}
-        self._recv = pool.receiver(self._raw)
-
-    def _raw(self, timeout: float) -> tuple | None:
-        sock, zmq = self.sock, self.zmq
-        self.res.check(self.name)
-        while True:
-            try:
-                frames = sock.recv_multipart(zmq.NOBLOCK, copy=self.copy)
-            except zmq.Again:
-                if not sock.poll(int(timeout * 1000)):
-                    return None
-                continue
-            msg = self.decoder.decode(frames[1:])
-            kind, wid = msg[0], msg[1]
-            if kind == READY:
-                self.ready.add(wid)
-                timeout = 0
-                continue
-            if kind == DATA:
-                assigned = self.pool.assigned[wid] if self.pool else {}
-                for idx, _ in msg[2]:
-                    assigned.pop(idx, None)
-                self.load[wid] -= len(msg[2])
-            return msg
-
-    def submit(self, chunk: list) -> None:
-        self.res.check(self.name)
-        while True:
-            while not self.ready:
-                msg = self._recv(0.2)
-                if msg is not None:
-                    self._pending.append(msg)
-            wid = min(self.ready, key=self.load.__getitem__)
-            try:
-                self.sock.send_multipart([b"w%d" % wid, *self.codec.encode(chunk)], copy=False)
-            except self.zmq.ZMQError as e:
-                if e.errno != self.zmq.EHOSTUNREACH:
-                    raise
-                self.ready.discard(wid)  # it died; the death check reports it
-                continue
-            self.load[wid] += len(chunk)
-            if self.pool is not None:
-                self.pool.assigned[wid].update(dict.fromkeys(idx for idx, _ in chunk))
-            return
-
-    def receive(self, timeout: float) -> tuple | None:
-        if self._pending:
-            return self._pending.popleft()
-        return self._recv(timeout)
+        channel.close()
 
 
 class _ZmqMapperBase(MapperBase):
@@ -210,25 +88,26 @@ class _ZmqMapperBase(MapperBase):
     def _init_zmq(self, start_method: str | None, use_shm: bool) -> None:
         self.num_proc = self.num_workers
         self.start_method = start_method
-        _lifecycle.get_context(start_method)  # validate now
+        get_context(start_method)  # validate now
         self.use_shm = bool(use_shm) and shm_available()
-        self._transport: _ZmqMapTransport | None = None
+        self._transport: ZmqMapTransport | None = None
         self._pool: ProcessPool | None = None
 
     def _start(self) -> None:
         shm_prefix = new_prefix() if self.use_shm else None
-        rings = make_rings(self.use_shm, self.start_method, self.num_proc)
-        self._resources = res = _lifecycle.Resources()
+        method = get_context(self.start_method).get_start_method()
+        rings = make_rings(self.use_shm, method, self.num_proc)
+        self._resources = res = Resources()
         stage = type(self).__name__
-        self._transport = transport = _ZmqMapTransport(
+        self._transport = transport = ZmqMapTransport(
             self.num_proc, shm_prefix, rings, res, stage
         )
-        parent = _lifecycle.parent_info()
+        parent = parent_info()
         self._pool = ProcessPool(
             _zmq_map_main,
             [
-                (self.map_func, transport.endpoint.address, i, parent, shm_prefix, stage,
-                 self._batch_size, rings[i] if rings else None)
+                (self.map_func, transport.endpoint.address, i, parent, self._inputs,
+                 shm_prefix, stage, self._batch_size, rings[i] if rings else None)
                 for i in range(self.num_proc)
             ],
             start_method=self.start_method,
@@ -261,8 +140,10 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
     * ``ordered=False``: results in completion order; ``ordered=True``: in input order.
 
     ``None`` results are dropped (as ``MapData`` does; tensorpack's strict mode asserted).
-    ``len()`` is ``len(ds)``. Workers seed ``random`` and ``np.random`` from
-    ``dataflow.rng`` (distinct per worker, reproducible under ``set_seed``).
+    ``len()`` is ``len(ds)``. Random draws made while mapping an input (augmentors,
+    ``np.random.*``, ``random.*``, :func:`dataflow.rng.input_rng`) are keyed by the input's place
+    in the epoch and the mapper's ``seed`` (else the global seed): with a seed, a strict, ordered
+    mapper's output does not depend on the number of workers, the start method or scheduling.
 
     Unlike tensorpack: no request is ever lost (readiness + ROUTER dispatch), an exception in
     ``map_func`` or a killed worker is raised in the consumer as
@@ -279,6 +160,7 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
         use_shm: send arrays of 4 MiB or more through ``/dev/shm`` (Linux).
     """
 
+    @renamed_kwargs(nr_proc="num_proc")
     def __init__(
         self,
         ds: DataFlow,
@@ -290,13 +172,11 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
         ordered: bool = False,
         start_method: str | None = None,
         use_shm: bool = True,
+        seed: int | None = None,
     ) -> None:
         super().__init__(ds, num_proc, map_func, buffer_size, strict, ordered)
+        self.seed = seed
         self._init_zmq(start_method, use_shm)
-
-    def _make_scheduler(self) -> MapScheduler:
-        assert self._transport is not None
-        return MapScheduler(self._transport, self.buffer_size, self.ordered, self._chunk_size())
 
 
 class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
@@ -316,6 +196,7 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
     batches are composed differently, so it is not exact.
     """
 
+    @renamed_kwargs(nr_proc="num_proc")
     def __init__(
         self,
         ds: DataFlow,
@@ -326,7 +207,12 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
         *,
         start_method: str | None = None,
         use_shm: bool = True,
+        seed: int | None = None,
     ) -> None:
+        if callable(num_proc) and not callable(map_func):
+            from dataflow.parallel._mapper import _check_order
+
+            _check_order(type(self).__name__, "num_proc", num_proc, map_func)
         batch_size = check_positive_int(batch_size, "batch_size", 32)
         num_proc = check_positive_int(num_proc, "num_proc", 2)
         # each worker may hold batch_size - 1 inputs of an incomplete batch unanswered
@@ -346,21 +232,19 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
                 f"{buffer_size}; raise it or leave it None."
             )
         super().__init__(ds, num_proc, map_func, buffer_size, False, False)
+        self.seed = seed
         self.batch_size = self._batch_size = batch_size
         self._batches: deque[Any] = deque()
         self._init_zmq(start_method, use_shm)
 
     def __len__(self) -> int:
-        from dataflow.errors import UnknownLengthError
-
         raise UnknownLengthError(
             "MultiProcessMapAndBatchDataZMQ is endless and has no length; wrap it in "
             "FixedSizeData(df, size) to give it one."
         )
 
-    def _make_scheduler(self) -> MapScheduler:
-        assert self._transport is not None
-        return MapScheduler(self._transport, self.buffer_size, False, self.batch_size)
+    def _chunk_size(self) -> int:
+        return self.batch_size
 
     _counts_results = False  # a result holds zero or more batches: count the batches
 

@@ -2,92 +2,58 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from dataflow.base import DataFlow
-from dataflow.errors import DataFlowTerminated
-from dataflow.parallel import _lifecycle
-from dataflow.parallel._base import RunnerBase, check_positive_int
-from dataflow.parallel._runner import runner_loop
-from dataflow.parallel._transport import (
-    Endpoint,
-    FrameCodec,
-    FrameDecoder,
-    import_zmq,
-    recv_frames,
-    send_frames,
+from dataflow.errors import DataFlowError
+from dataflow.parallel._lifecycle import Resources
+from dataflow.parallel._processes import (
+    ProcessPool,
+    get_context,
+    globals_seed,
+    parent_info,
+    worker_bootstrap,
 )
-from dataflow.parallel.process import ProcessPool
+from dataflow.parallel._runner import RunnerBase
+from dataflow.parallel._worker import runner_loop
+from dataflow.parallel._zmq import Endpoint, ZmqRunnerTransport, runner_worker_channel
 from dataflow.parallel.shared_memory import (
     Ring,
-    SharedMemoryWriter,
     cleanup_segments,
-    cleanup_stale_segments,
+    make_rings,
     new_prefix,
     shm_available,
 )
+from dataflow.validation import check_positive_int, renamed_kwargs
 
 __all__ = ["MultiProcessRunnerZMQ", "PrefetchDataZMQ"]
-
-#: milliseconds a finished worker waits for its last message (END / ERROR) to be delivered
-FINAL_LINGER_MS = 10_000
-#: bytes of each worker's shared ring (fork only), for arrays of 32 KiB to 2 MiB
-RING_BYTES = 8 * 1024 * 1024
-
-
-_stale_checked = False
-
-
-def make_rings(use_shm: bool, start_method: str | None, n: int) -> list[Ring] | None:
-    """One shared ring per worker when workers are forked (they inherit the memory)."""
-    global _stale_checked
-    if use_shm and not _stale_checked:
-        _stale_checked = True
-        cleanup_stale_segments()
-    if not use_shm or _lifecycle.get_context(start_method).get_start_method() != "fork":
-        return None
-    return [Ring(RING_BYTES) for _ in range(n)]
-
-
-def zmq_context():
-    zmq = import_zmq()
-    return zmq, zmq.Context()
 
 
 def _zmq_runner_main(
     ds: DataFlow,
     address: str,
     worker_id: int,
-    parent: tuple[int, bool],
+    parent: tuple,
+    seed: tuple,
     hwm: int,
     shm_prefix: str | None,
     ring: Ring | None,
     start: Any = None,
 ) -> None:
-    _lifecycle.worker_bootstrap(worker_id, parent)
-    zmq, ctx = zmq_context()
-    sock = ctx.socket(zmq.PUSH)
-    sock.setsockopt(zmq.SNDHWM, hwm)
-    sock.setsockopt(zmq.RECONNECT_IVL, 10)
-    sock.connect(address)
-    shm = SharedMemoryWriter(shm_prefix, worker_id) if shm_prefix else None
-    codec = FrameCodec(shm, ring=ring, worker_id=worker_id)
-
-    def emit(msg: tuple) -> None:
-        send_frames(sock, codec.encode(msg))
-
+    worker_bootstrap(worker_id, parent, globals_seed=seed)
+    channel = runner_worker_channel(address, worker_id, hwm, shm_prefix, ring)
     try:
-        runner_loop(ds, emit, worker_id, "MultiProcessRunnerZMQ", start=start,
+        runner_loop(ds, channel.emit, worker_id, "MultiProcessRunnerZMQ", start=start,
                     checkpoints=True)
     finally:
-        sock.close(linger=FINAL_LINGER_MS)
-        ctx.term()
+        channel.close()
 
 
 class MultiProcessRunnerZMQ(RunnerBase):
     """Run ``num_proc`` independent copies of ``ds`` in processes; collect over ZeroMQ.
 
-    Tensorpack's contract (SPEC 2.6): each worker resets its own copy of ``ds`` and iterates
+    Tensorpack's contract: each worker resets its own copy of ``ds`` and iterates
     it forever, so with ``num_proc > 1`` an unshuffled ``ds`` is seen ``num_proc`` times and
     epochs mix; ``num_proc=1`` keeps data and order. Each ``__iter__`` yields ``len(ds)``
     datapoints (or forever if the length is unknown); ``len()`` is ``len(ds)``.
@@ -96,16 +62,17 @@ class MultiProcessRunnerZMQ(RunnerBase):
     pickled with protocol 5, array memory out of band: arrays of 32 KiB to 2 MiB through a
     shared-memory ring per worker (forked workers), larger ones through their own
     shared-memory segment (``use_shm``), else as ZeroMQ frames sent without copies. Each
-    worker gets a distinct, reproducible seed: it calls
-    ``dataflow.rng.set_worker_info(worker_id)`` and then ``ds.reset_state()``.
+    worker resets its copy as runner worker ``i``: its random stages key their streams by
+    ``i`` (distinct and reproducible), and ``np.random`` / ``random`` are seeded per worker.
 
-    Unlike tensorpack: worker exceptions surface as :class:`~dataflow.errors.WorkerError`
-    (chained from the original), a killed worker is reported within seconds, ``reset_state()``
-    is idempotent, exit never hangs and workers never outlive the consumer.
+    As in tensorpack, ``reset_state()`` must be called once before iterating, and a second call
+    raises (until ``close()``). Unlike tensorpack: worker exceptions surface as
+    :class:`~dataflow.errors.WorkerError` (chained from the original), a killed worker is
+    reported within seconds, exit never hangs and workers never outlive the consumer.
 
     ``state_dict()`` saves counters only: the workers iterate independent copies of ``ds``, so
     a restore cannot be exact; the restored epoch yields the datapoints it had left (see
-    :meth:`RunnerBase.state_dict <dataflow.parallel._base.RunnerBase.state_dict>`).
+    :meth:`RunnerBase.state_dict <dataflow.parallel._runner.RunnerBase.state_dict>`).
 
     Args:
         ds: the flow to copy into each worker.
@@ -116,6 +83,9 @@ class MultiProcessRunnerZMQ(RunnerBase):
         use_shm: use shared memory for arrays (Linux); ``False``: ZeroMQ frames only.
     """
 
+    _user_reset = False  # reset_state() was called (and close() not since)
+
+    @renamed_kwargs(nr_proc="num_proc")
     def __init__(
         self,
         ds: DataFlow,
@@ -129,72 +99,71 @@ class MultiProcessRunnerZMQ(RunnerBase):
         self.num_proc = self._num_workers = check_positive_int(num_proc, "num_proc")
         self.hwm = check_positive_int(hwm, "hwm", 50)
         self.start_method = start_method
-        _lifecycle.get_context(start_method)  # validate now
+        get_context(start_method)  # validate now
         self.use_shm = bool(use_shm) and shm_available()
         self._pool: ProcessPool | None = None
 
+    def reset_state(self) -> None:
+        """Start the workers. As in tensorpack, call it once, in the process that iterates: a
+        second call raises (it usually means the flow is reset in the wrong process), until
+        ``close()``."""
+        if self._user_reset and not self._closed:
+            raise DataFlowError(
+                "MultiProcessRunnerZMQ.reset_state() was called twice. Call it once, in the "
+                "process that iterates the flow (a second call usually means it is also reset "
+                "elsewhere, e.g. in a forked worker); to start fresh workers, close() it first."
+            )
+        self._user_reset = True
+        super().reset_state()
+
+    def __iter__(self) -> Iterator[Any]:
+        if not self._user_reset:
+            raise DataFlowError(
+                "MultiProcessRunnerZMQ was iterated before reset_state(): call reset_state() "
+                "once, in the process that iterates it, before iterating (as tensorpack "
+                "requires)."
+            )
+        return super().__iter__()
+
+    def _restart(self) -> None:
+        RunnerBase.reset_state(self)
+
+    def close(self) -> None:
+        super().close()
+        self._user_reset = False
+
     def _start(self) -> None:
-        zmq = import_zmq()
-        self._resources = res = _lifecycle.Resources()
+        self._resources = res = Resources()
         endpoint = Endpoint("runner")
         res.add(endpoint.cleanup)
         shm_prefix = new_prefix() if self.use_shm else None
         if shm_prefix is not None:
             res.add(lambda: cleanup_segments(shm_prefix))
-        sock = None
-        if endpoint.needs_early_bind:
-            sock = self._bind(endpoint, res)
-        parent = _lifecycle.parent_info()
-        rings = make_rings(self.use_shm, self.start_method, self.num_proc)
-        decoder = FrameDecoder(rings)
-        res.add(decoder.close)
+        name = type(self).__name__
+        method = get_context(self.start_method).get_start_method()
+        rings = make_rings(self.use_shm, method, self.num_proc)
+        transport = ZmqRunnerTransport(endpoint, self.hwm, res, rings, name)
+        if endpoint.needs_early_bind:  # tcp: the port is known only once bound
+            transport.bind()
+        parent = parent_info()
         self._pool = ProcessPool(
             _zmq_runner_main,
             [
-                (self.ds, endpoint.address, i, parent, self.hwm, shm_prefix,
-                 rings[i] if rings else None, self._worker_start(i))
+                (self.ds, endpoint.address, i, parent, globals_seed(self, i), self.hwm,
+                 shm_prefix, rings[i] if rings else None, self._worker_start(i))
                 for i in range(self.num_proc)
             ],
             start_method=self.start_method,
-            name=type(self).__name__,
+            name=name,
             picklable=("ds", self.ds),
         )
         self._pool.start()  # before creating the context: never fork a process with
-        if sock is None:  # ZeroMQ's I/O threads running
-            sock = self._bind(endpoint, res)
-        decode = decoder.decode
-        copy = rings is not None  # ring messages are small frames: copying them is cheaper
-        name = type(self).__name__  # (the closure must not refer to self: no cycle, so that
-        # garbage collection runs __del__ -> close() before the sockets are finalized)
-
-        def raw(timeout: float) -> tuple | None:
-            res.check(name)
-            try:
-                while True:
-                    try:
-                        return decode(recv_frames(sock, zmq.NOBLOCK, copy))
-                    except zmq.Again:
-                        if not sock.poll(int(timeout * 1000)):
-                            return None
-            except zmq.ZMQError as e:
-                if isinstance(e, zmq.ContextTerminated) or sock.closed:
-                    raise DataFlowTerminated(f"{name} was closed while iterating") from e
-                raise
-
-        self._receive = self._pool.receiver(raw)  # type: ignore[method-assign]
-
-    def _bind(self, endpoint: Endpoint, res: _lifecycle.Resources) -> Any:
-        zmq = import_zmq()
-        ctx = zmq.Context()
-        sock = ctx.socket(zmq.PULL)
-        res.add(ctx.term)
-        res.add(lambda: sock.close(linger=0))
-        sock.setsockopt(zmq.RCVHWM, self.hwm)
-        sock.setsockopt(zmq.LINGER, 0)
-        endpoint.bind(sock)
-        return sock
+        transport.bind()  # ZeroMQ's I/O threads running
+        transport.pool = self._pool
+        self._transport = transport
 
     def _stop(self) -> None:
+        self._transport = None
         if self._pool is not None:
             self._pool.terminate()
             self._pool = None

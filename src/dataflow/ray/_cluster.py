@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dataflow.errors import DataFlowTerminated, WorkerError
-from dataflow.parallel._lifecycle import THREAD_ENV_VARS, seed_worker
+from dataflow.parallel._processes import THREAD_ENV_VARS, seed_worker
 from dataflow.utils import import_extra
 
 __all__ = [
@@ -161,7 +161,8 @@ def release_ray(owned: bool) -> None:
 # ---- inside an actor --------------------------------------------------------------------------
 
 
-def worker_setup(worker_id: int, global_seed: int | None, seed_globals: bool,
+def worker_setup(worker_id: int, global_seed: int | None,
+                 globals_seed: tuple[int, tuple[int, ...]] | None, dispatch_globals: bool = False,
                  threads: int = 1) -> None:
     """First thing an actor runs: BLAS/OpenCV limited to ``threads`` (the actor's CPUs), the
     worker id and seeds of :mod:`dataflow.rng` (as the process back end's ``worker_bootstrap``
@@ -176,7 +177,7 @@ def worker_setup(worker_id: int, global_seed: int | None, seed_globals: bool,
     if cv2 is not None:
         with contextlib.suppress(Exception):
             cv2.setNumThreads(threads)
-    seed_worker(worker_id, global_seed, seed_globals)
+    seed_worker(worker_id, global_seed, globals_seed, dispatch_globals)
 
 
 # ---- consumer side ----------------------------------------------------------------------------

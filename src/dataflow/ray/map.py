@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -10,9 +11,8 @@ from typing import Any
 from dataflow import rng as _rng
 from dataflow.base import DataFlow
 from dataflow.errors import WorkerError
-from dataflow.parallel._base import check_positive_int, known_length
 from dataflow.parallel._mapper import MapperBase
-from dataflow.parallel._worker import MapScheduler, map_loop
+from dataflow.parallel._worker import map_loop
 from dataflow.ray._cluster import (
     ActorSlots,
     acquire_ray,
@@ -27,6 +27,7 @@ from dataflow.ray._cluster import (
     task_error,
     worker_setup,
 )
+from dataflow.validation import check_positive_int, known_length
 
 __all__ = ["RayMapData"]
 
@@ -35,9 +36,10 @@ class _MapActor:
     """A Ray actor that maps chunks of ``(index, datapoint)`` with the engine's ``map_loop``."""
 
     def __init__(self, map_func: Callable[[Any], Any], worker_id: int, global_seed: int | None,
-                 stage: str, threads: int) -> None:
-        worker_setup(worker_id, global_seed, seed_globals=True, threads=threads)
+                 stage: str, threads: int, inputs: tuple[int, tuple[int, ...]]) -> None:
+        worker_setup(worker_id, global_seed, None, dispatch_globals=True, threads=threads)
         self.map_func, self.worker_id, self.stage = map_func, worker_id, stage
+        self.inputs = inputs
 
     def ready(self) -> int:
         return os.getpid()
@@ -48,7 +50,7 @@ class _MapActor:
         out: list[tuple] = []
         todo = [chunk]
         map_loop(lambda: todo.pop() if todo else None, out.append, self.map_func,
-                 self.worker_id, self.stage)
+                 self.worker_id, self.stage, self.inputs)
         return out
 
 
@@ -136,8 +138,9 @@ class RayMapData(MapperBase):
     * ``ordered=False``: results in completion order; ``ordered=True``: in input order.
     * ``None`` results are dropped; an exception in ``map_func`` is raised in the consumer as a
       :class:`~dataflow.errors.WorkerError` with the remote traceback and the input's index.
-    * Each actor calls ``dataflow.rng.set_worker_info(i)`` and seeds ``random`` / ``np.random``
-      from :mod:`dataflow.rng` (distinct per worker, reproducible under ``set_seed``).
+    * Random draws made while mapping an input (augmentors, ``np.random.*``, ``random.*``)
+      are keyed by the input's place in the epoch (see :mod:`dataflow.rng`): with a seed, a
+      strict, ordered mapper gives the same results as the local back ends.
 
     Inputs travel in chunks of ``chunk_size`` (one Ray task each; by default
     ``buffer_size // (2 * num_workers)``, at most 64, fewer for tiny strict epochs), so the
@@ -164,10 +167,11 @@ class RayMapData(MapperBase):
 
     Args:
         ds: the input flow.
-        map_func: the function to apply; pickled with cloudpickle (lambdas are fine); its
-            module must be importable on the cluster's nodes.
         num_workers: number of actors; ``None``: the cluster's CPUs (the machine's when Ray is
             not initialized and no ``address`` is given).
+        map_func: the function to apply; pickled with cloudpickle (lambdas are fine); its
+            module must be importable on the cluster's nodes. (The order ``(ds, map_func,
+            num_workers)`` of earlier releases is still accepted, with a warning.)
         chunk_size: inputs per Ray task.
         address: the Ray cluster to connect to when Ray is not initialized yet.
         actor_options: Ray options of each actor (default ``{"num_cpus": 1}``).
@@ -179,8 +183,8 @@ class RayMapData(MapperBase):
     def __init__(
         self,
         ds: DataFlow,
-        map_func: Callable[[Any], Any] | None = None,
         num_workers: int | None = None,
+        map_func: Callable[[Any], Any] | None = None,
         *,
         buffer_size: int = 200,
         strict: bool = False,
@@ -189,16 +193,21 @@ class RayMapData(MapperBase):
         address: str | None = None,
         actor_options: dict[str, Any] | None = None,
         max_retries: int = 3,
+        seed: int | None = None,
     ) -> None:
         ray = import_ray()
-        if not callable(map_func) and callable(num_workers):
-            raise TypeError(
-                f"RayMapData takes (ds, map_func, num_workers), got map_func={map_func!r} and a "
-                "callable num_workers; swap them: RayMapData(ds, func, num_workers)."
+        if callable(num_workers) and not callable(map_func):  # the order of earlier releases
+            warnings.warn(
+                "RayMapData(ds, map_func, num_workers) is deprecated: the arguments are now "
+                "(ds, num_workers, map_func), as in the other mappers; swap them (the old order "
+                "is accepted until the next release).",
+                DeprecationWarning, stacklevel=2,
             )
+            num_workers, map_func = map_func, num_workers
         if num_workers is None:
             num_workers = _default_workers(ray, address)
         super().__init__(ds, num_workers, map_func, buffer_size, strict, ordered)
+        self.seed = seed
         self.chunk_size = (None if chunk_size is None
                            else check_positive_int(chunk_size, "chunk_size", 16))
         self.address = address
@@ -227,18 +236,15 @@ class RayMapData(MapperBase):
         stage = type(self).__name__
         func, seed = ray.put(self.map_func), _rng.get_seed()
         threads = actor_threads(self.actor_options)
+        inputs = self._inputs
 
         def make_args(i: int) -> tuple:
-            return (func, i, seed, stage, threads)
+            return (func, i, seed, stage, threads, inputs)
 
         self._slots = slots = ActorSlots(ray, _MapActor, self.num_workers, self.actor_options,
                                          stage)
         slots.start(make_args)
         self._transport = _RayMapTransport(slots, make_args, self.max_retries)
-
-    def _make_scheduler(self) -> MapScheduler:
-        assert self._transport is not None
-        return MapScheduler(self._transport, self.buffer_size, self.ordered, self._chunk_size())
 
     def worker_pids(self) -> list[int | None]:
         """The process ids of the actors (``None`` for a replacement not asked yet)."""

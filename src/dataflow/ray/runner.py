@@ -15,11 +15,11 @@ from typing import Any
 
 from dataflow import rng as _rng
 from dataflow.base import DataFlow
-from dataflow.errors import WorkerError
-from dataflow.parallel._base import RunnerBase, check_positive_int
-from dataflow.parallel._runner import runner_loop
-from dataflow.parallel._worker import DATA, END, ERROR, STATE
-from dataflow.parallel.thread import queue_emitter
+from dataflow.errors import DataFlowTerminated, WorkerError
+from dataflow.parallel._processes import globals_seed
+from dataflow.parallel._protocol import DATA, END, ERROR, STATE
+from dataflow.parallel._runner import RunnerBase
+from dataflow.parallel._worker import queue_emitter, runner_loop
 from dataflow.ray._cluster import (
     ActorSlots,
     acquire_ray,
@@ -33,6 +33,7 @@ from dataflow.ray._cluster import (
     task_error,
 )
 from dataflow.ray._cluster import worker_setup as _worker_setup
+from dataflow.validation import check_positive_int
 
 __all__ = ["RayRunner"]
 
@@ -44,8 +45,9 @@ class _RunnerActor:
     """A Ray actor running ``runner_loop`` over its copy of ``ds`` into a bounded queue."""
 
     def __init__(self, ds: DataFlow, worker_id: int, global_seed: int | None, stage: str,
-                 start: tuple[Any, int] | None, num_prefetch: int, threads: int) -> None:
-        _worker_setup(worker_id, global_seed, seed_globals=False, threads=threads)
+                 start: tuple[Any, int] | None, num_prefetch: int, threads: int,
+                 seed: tuple[int, tuple[int, ...]]) -> None:
+        _worker_setup(worker_id, global_seed, seed, threads=threads)
         self.queue: queue.Queue = queue.Queue(num_prefetch)
         self.stop = threading.Event()
         self.thread = threading.Thread(
@@ -173,7 +175,7 @@ class RayRunner(RunnerBase):
     ``close()`` kills every actor.
 
     ``state_dict()`` / ``load_state_dict()``: as :meth:`RunnerBase.state_dict
-    <dataflow.parallel._base.RunnerBase.state_dict>`: each worker's stream continues right after
+    <dataflow.parallel._runner.RunnerBase.state_dict>`: each worker's stream continues right after
     its last delivered datapoint.
 
     Args:
@@ -214,9 +216,10 @@ class RayRunner(RunnerBase):
         # (the closures must not refer to self: no cycle, so that garbage collection closes it)
         ds_ref, seed, stage = ray.put(self.ds), _rng.get_seed(), type(self).__name__
         prefetch, threads = self.num_prefetch, actor_threads(self.actor_options)
+        seeds = [globals_seed(self, i) for i in range(self.num_workers)]
 
         def make_args(i: int, start: tuple[Any, int] | None) -> tuple:
-            return (ds_ref, i, seed, stage, start, prefetch, threads)
+            return (ds_ref, i, seed, stage, start, prefetch, threads, seeds[i])
 
         starts = [self._worker_start(i) for i in range(self.num_workers)]
         self._slots = slots = ActorSlots(ray, _RunnerActor, self.num_workers,
@@ -224,14 +227,14 @@ class RayRunner(RunnerBase):
         slots.start(lambda i: make_args(i, starts[i]))
         transport = _RayRunnerTransport(slots, make_args, [s or (None, 0) for s in starts],
                                         self.chunk_size, self.max_retries)
-        self._receive = transport.receive  # type: ignore[method-assign]
+        self._transport = transport
 
     def worker_pids(self) -> list[int | None]:
         """The process ids of the actors (``None`` for a replacement not asked yet)."""
         return list(self._slots.pids) if self._slots is not None else []
 
     def _stop(self) -> None:
-        self._receive = _closed_receive  # type: ignore[method-assign]
+        self._transport = _ClosedTransport()
         if self._slots is not None:
             self._slots.kill_all()
             self._slots = None
@@ -239,7 +242,8 @@ class RayRunner(RunnerBase):
         release_ray(owned)
 
 
-def _closed_receive(timeout: float) -> tuple | None:
-    from dataflow.errors import DataFlowTerminated
+class _ClosedTransport:
+    """What a stopped runner receives from: it says so."""
 
-    raise DataFlowTerminated("RayRunner was closed while being iterated")
+    def receive(self, timeout: float) -> tuple | None:
+        raise DataFlowTerminated("RayRunner was closed while being iterated")

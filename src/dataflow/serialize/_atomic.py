@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from dataflow.errors import DataFlowError
+from dataflow.errors import CorruptFileError
 
 __all__ = [
     "CorruptFileError",
@@ -32,11 +32,6 @@ __all__ = [
 ]
 
 _EXTRAS = {"lmdb": "lmdb", "h5py": "hdf5", "tensorflow": "tf", "cv2": "imgaug"}
-
-
-class CorruptFileError(DataFlowError, ValueError):
-    """A stored file is truncated, corrupt or of another format. The message names the file
-    and, where it applies, the index of the record that could not be read."""
 
 
 def import_optional(module: str, what: str) -> Any:

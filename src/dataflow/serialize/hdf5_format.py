@@ -36,7 +36,7 @@ from dataflow.serialize._atomic import (
     reset_and_len,
     sync_file,
 )
-from dataflow.serialize._resume import ReaderState
+from dataflow.state import ReaderState
 
 __all__ = ["HDF5Data", "HDF5Serializer"]
 
@@ -137,7 +137,7 @@ class HDF5Data(ReaderState, RNGDataFlow):
                     for self._pos, dp in enumerate(rows, start + 1):
                         yield list(dp)
             finally:
-                self._end_epoch(token)
+                self._end(token)
 
 
 class _Column:

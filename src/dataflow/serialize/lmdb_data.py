@@ -30,10 +30,9 @@ from typing import Any
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from dataflow.serialize._atomic import CorruptFileError, check_source_path, import_optional
-from dataflow.serialize._resume import ReaderState, mismatch
 from dataflow.serialize.codec import get_loads, loads, sniff_codec
 from dataflow.sharding import SKIPPED
-from dataflow.state import StateMismatchError
+from dataflow.state import ReaderState, StateMismatchError, mismatch
 
 __all__ = ["LMDBData", "LMDBDataDecoder"]
 
@@ -345,7 +344,7 @@ class LMDBData(ReaderState, RNGDataFlow):
             finally:
                 if self._token is token:
                     self._cursor = None
-                self._end_epoch(token)
+                self._end(token)
 
     def _iter_keys(
         self, txn: Any, decode: Callable[[bytes], Any] | None, epoch: int, start: int,

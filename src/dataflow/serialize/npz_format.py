@@ -38,8 +38,8 @@ from dataflow.serialize._atomic import (
     serialize_error,
     sync_file,
 )
-from dataflow.serialize._resume import ReaderState
 from dataflow.serialize.codec import dump_pickle, dumps, load_pickle
+from dataflow.state import ReaderState
 
 __all__ = ["NumpyData", "NumpySerializer"]
 
@@ -76,7 +76,7 @@ class NumpyData(ReaderState, RNGDataFlow):
                     for self._pos, dp in enumerate(items[start:] if start else items, start + 1):
                         yield dp
             finally:
-                self._end_epoch(token)
+                self._end(token)
 
 
 def _read_npy(fp: Any) -> Any:

@@ -10,7 +10,7 @@ import numpy as np
 
 from dataflow.base import DataFlowReentrantGuard, RNGDataFlow
 from dataflow.serialize._atomic import check_source_path
-from dataflow.serialize._resume import ReaderState
+from dataflow.state import ReaderState
 
 __all__ = ["SVMLightData"]
 
@@ -57,4 +57,4 @@ class SVMLightData(ReaderState, RNGDataFlow):
                 for self._pos, i in enumerate(order[start:], start + 1):
                     yield [self.X[i], self.y[i]]
             finally:
-                self._end_epoch(token)
+                self._end(token)

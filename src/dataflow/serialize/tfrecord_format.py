@@ -43,10 +43,10 @@ from dataflow.serialize._atomic import (
     serialize_error,
     sync_file,
 )
-from dataflow.serialize._resume import ReaderState, mismatch
 from dataflow.serialize._tfrecord_io import _BATCH_BYTES, _BATCH_RECORDS, frame_records, map_file
 from dataflow.serialize._tfrecord_io import Scanner as _Scanner
 from dataflow.serialize.codec import get_dumps, get_loads, sniff_codec
+from dataflow.state import ReaderState, mismatch
 
 __all__ = ["TFRecordData", "TFRecordSerializer"]
 
@@ -184,7 +184,7 @@ class TFRecordData(ReaderState, DataFlow):
                     self._off, self._batch = self._offset(), None
                 if closer is not None:
                     closer()
-                self._end_epoch(token)
+                self._end(token)
 
     def _iter_tf(self, decode: Callable[[Any], Any] | None, token: object) -> Iterator[Any]:
         tf = import_optional("tensorflow", "TFRecordSerializer.load(reader='tf')")
@@ -216,7 +216,7 @@ class TFRecordData(ReaderState, DataFlow):
                         raise self._decode_error(e) from e
                     yield dp
             finally:
-                self._end_epoch(token)
+                self._end(token)
             if self._limit is not None and self._pos < self._limit:
                 raise self._short(self._pos)
 

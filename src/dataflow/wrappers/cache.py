@@ -85,7 +85,7 @@ class CacheData(EpochCounter, ProxyDataFlow, RNGDataFlow):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, shuffle=self.shuffle)
         self._load_seed_state(state["seed"])
-        self._restore_counters(state)
+        self.restore_epoch(state)
         items = decode_items(state["cache"])
         if state["complete"] or (state_done(state["child"]) and state["epoch"] >= 0):
             # (saved after the first epoch's last datapoint: the cache was complete)

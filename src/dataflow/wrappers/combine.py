@@ -54,6 +54,9 @@ class _Children(EpochCounter):
     df_lists: list[DataFlow]
     _children_done: list[bool] | None = None  # after a restore: which children were at their end
 
+    def children(self) -> list[DataFlow]:
+        return list(self.df_lists)
+
     def _begin_children(self) -> tuple[object, int]:
         restored = self._resume is not None
         token, start = self._begin()
@@ -79,7 +82,7 @@ class _Children(EpochCounter):
                 "restored. Use separate instances."
             )
         children = state["children"]
-        self._restore_counters(state)
+        self.restore_epoch(state)
         if state["done"]:
             children = finished(children)
             self._children_done = None

@@ -76,7 +76,7 @@ class RepeatedData(EpochCounter, ProxyDataFlow):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, num=self.num)
-        self._restore_counters(state)
+        self.restore_epoch(state)
         self._rep = state["rep"]
         if state["done"]:
             self.ds.load_state_dict(finished(state["child"]))
@@ -198,7 +198,7 @@ class FixedSizeData(EpochCounter, ProxyDataFlow):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, size=self._size, keep_state=self._keep_state)
-        self._restore_counters(state)
+        self.restore_epoch(state)
         self._itr = None
         if state["done"] and not self._keep_state:
             self.ds.load_state_dict(finished(state["child"]))  # the next epoch restarts ds

@@ -6,6 +6,7 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from dataflow import rng as _rng
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
 from dataflow.errors import UnknownLengthError
 from dataflow.state import (
@@ -87,8 +88,7 @@ class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
         self._buffer.extend(items)
 
     def __iter__(self) -> Iterator[Any]:
-        if self.rng is None:
-            RNGDataFlow.reset_state(self)
+        self._require_reset()
         token, start = self._begin()
         if self._source is None:
             self._source = iter(self._repeat)
@@ -135,12 +135,11 @@ class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
     def state_dict(self) -> dict[str, Any]:
         """Own counters, the random stream, the position in ``ds`` and, since this flow holds a
         buffer, the buffered datapoints (at most ``buffer_size``, plus the one being reused)."""
-        if self.rng is None:
-            RNGDataFlow.reset_state(self)
+        rng = self.rng if self.rng is not None else _rng.derive_rng(self._sequence())
         return {
             "type": "LocallyShuffleData", "buffer_size": self.buffer_size,
             "num_reuse": self.num_reuse, **self._counters(),
-            "incoming": self._incoming, "pending": self._pending, "rng": rng_state(self.rng),
+            "incoming": self._incoming, "pending": self._pending, "rng": rng_state(rng),
             "buffer": encode_items([*self._buffer, self._current] if self._pending else
                                    list(self._buffer)),
             "child": self._repeat.state_dict(),
@@ -148,9 +147,9 @@ class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         check_state(state, self, buffer_size=self.buffer_size, num_reuse=self.num_reuse)
-        self._restore_counters(state)
+        self.restore_epoch(state)
         self._incoming, self._pending = state["incoming"], state["pending"]
-        self.rng = rng_from_state(state["rng"])
+        self._stream = rng_from_state(state["rng"])
         items = decode_items(state["buffer"])
         self._current = items.pop() if self._pending else None
         self._buffer.clear()

@@ -1,0 +1,453 @@
+"""The ZeroMQ transport: wire format, endpoints, the consumer's transports of the mappers
+(:class:`ZmqMapTransport`: ROUTER, readiness, least-loaded dispatch) and runners
+(:class:`ZmqRunnerTransport`: PULL), and the workers' sockets (:func:`map_worker_channel`,
+:func:`runner_worker_channel`).
+
+A message is ``[head]`` (no out-of-band buffer), ``[0x01 + len(head) + head + meta]`` (all in
+shared memory: one frame), or ``[head, meta, *frames]``:
+
+* ``head``: the object pickled with protocol 5; buffers of at least :data:`OOB_MIN_BYTES`
+  (NumPy arrays' memory) are taken out of band instead of being copied into the pickle;
+* ``meta``: a pickled list, one entry per out-of-band buffer: ``None`` the buffer is the next
+  frame (sent with ``copy=False``: ZeroMQ reads the array's memory directly), a ``str`` the
+  name of a shared-memory segment holding it, a tuple ``(worker, offset, size, head)`` its
+  place in the worker's shared ring (see :mod:`dataflow.parallel.shared_memory`).
+
+The receiver hands the buffers to ``pickle.loads(buffers=...)``, so arrays are rebuilt on top of
+the received memory without another copy (and are writable). The ring is the fast path of
+medium-sized arrays (one copy in the worker, one in the consumer, no system call, no page
+fault); segments are for large ones (one copy, in the worker).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import struct
+import sys
+import tempfile
+import uuid
+from collections import deque
+from typing import Any
+
+from dataflow.errors import DataFlowTerminated
+from dataflow.parallel._lifecycle import Resources
+from dataflow.parallel._processes import ProcessPool
+from dataflow.parallel._protocol import DATA, READY
+from dataflow.parallel.shared_memory import (
+    Ring,
+    SharedMemoryWriter,
+    cleanup_segments,
+    open_segment,
+)
+
+__all__ = [
+    "PLAIN_DECODER",
+    "Endpoint",
+    "FrameCodec",
+    "FrameDecoder",
+    "ZmqMapTransport",
+    "ZmqRunnerTransport",
+    "import_zmq",
+    "map_worker_channel",
+    "recv_frames",
+    "runner_worker_channel",
+    "send_frames",
+]
+
+#: buffers smaller than this stay inside the pickle (not worth a frame)
+OOB_MIN_BYTES = 32 * 1024
+#: buffers at least this large go through shared memory when it is enabled
+SHM_MIN_BYTES = 2 * 1024 * 1024
+
+
+def import_zmq() -> Any:
+    """Import pyzmq, or raise an ImportError that says how to install it."""
+    from dataflow.utils import import_extra
+
+    return import_extra("zmq", "the ZeroMQ back end", "pyzmq", None)
+
+
+class FrameCodec:
+    """Encodes objects to frames (worker side); ``ring``/``shm`` enable the shared-memory paths.
+
+    Each out-of-band buffer goes, in order of preference, into the worker's :class:`Ring`
+    (the consumer copies it out), into its own shared-memory segment when it is at least
+    ``shm_min_bytes`` (the consumer maps it, no copy), or into a frame of its own.
+    """
+
+    def __init__(
+        self,
+        shm: SharedMemoryWriter | None = None,
+        shm_min_bytes: int = SHM_MIN_BYTES,
+        ring: Ring | None = None,
+        worker_id: int = 0,
+    ) -> None:
+        self.shm = shm
+        self.shm_min_bytes = shm_min_bytes
+        self.ring = ring
+        self.worker_id = worker_id
+
+    def encode(self, obj: Any) -> list[Any]:
+        bufs: list[memoryview] = []
+
+        def take(pb: pickle.PickleBuffer) -> bool:
+            try:
+                raw = pb.raw()
+            except BufferError:
+                return True  # not contiguous: keep in band
+            if raw.nbytes < OOB_MIN_BYTES:
+                return True
+            bufs.append(raw)
+            return False
+
+        head = pickle.dumps(obj, protocol=5, buffer_callback=take)
+        if not bufs:
+            return [head]  # a pickle: starts with the PROTO opcode, 0x80
+        meta: list[Any] = []
+        inline: list[memoryview] = []
+        for raw in bufs:
+            if self.ring is not None:
+                slot = self.ring.write(raw)
+                if slot is not None:
+                    meta.append((self.worker_id, *slot))
+                    continue
+            name = None
+            if self.shm is not None and raw.nbytes >= self.shm_min_bytes:
+                name = self.shm.write(raw)
+            meta.append(name)
+            if name is None:
+                inline.append(raw)
+        meta_bytes = pickle.dumps(meta, protocol=5)
+        if not inline:  # one frame: 0x01, len(head) as uint32, head, meta
+            return [b"".join((_PACKED, _LEN.pack(len(head)), head, meta_bytes))]
+        return [head, meta_bytes, *inline]
+
+
+_PACKED = b"\x01"
+_LEN = struct.Struct("<I")
+
+
+def send_frames(sock: Any, frames: list[Any], flags: int = 0) -> None:
+    """Send ``frames`` (a one-frame message without the multipart overhead)."""
+    if len(frames) == 1:
+        sock.send(frames[0], flags, copy=False)
+    else:
+        sock.send_multipart(frames, flags, copy=False)
+
+
+def recv_frames(sock: Any, flags: int = 0, copy: bool = False) -> list[Any]:
+    """Receive one message's frames (a one-frame message without the multipart overhead)."""
+    first = sock.recv(flags, copy=copy)
+    if not sock.rcvmore:
+        return [first]
+    return [first, *sock.recv_multipart(copy=copy)]
+
+
+class FrameDecoder:
+    """Decodes frames received with ``recv_multipart`` (``copy=False`` keeps inline buffers
+    without a copy; plain bytes are copied so that arrays stay writable).
+
+    ``rings[i]`` is worker ``i``'s :class:`Ring` (consumer side), if rings are used.
+    """
+
+    def __init__(self, rings: list[Ring] | None = None) -> None:
+        self.rings = rings
+
+    def decode(self, frames: list[Any]) -> Any:
+        head = frames[0].buffer if hasattr(frames[0], "buffer") else frames[0]
+        if len(frames) == 1:
+            if head[0] != _PACKED[0]:
+                return pickle.loads(head)
+            view = memoryview(head)
+            (n,) = _LEN.unpack_from(view, 1)
+            head, meta = view[5 : 5 + n], pickle.loads(view[5 + n :])
+        else:
+            meta = pickle.loads(frames[1].buffer if hasattr(frames[1], "buffer") else frames[1])
+        inline = iter(frames[2:])
+        buffers: list[Any] = []
+        for entry in meta:
+            if entry is None:
+                frame = next(inline)
+                buffers.append(frame.buffer if hasattr(frame, "buffer") else bytearray(frame))
+            elif isinstance(entry, str):
+                buffers.append(open_segment(entry))
+            else:
+                wid, off, n, new_head = entry
+                if self.rings is None:
+                    raise ValueError("received a ring slot but this decoder has no rings")
+                buffers.append(self.rings[wid].read(off, n, new_head))
+        return pickle.loads(head, buffers=buffers)
+
+    def close(self) -> None:
+        for ring in self.rings or ():
+            ring.close()
+        self.rings = None
+
+
+#: decoder of messages that use no ring (any process may use it)
+PLAIN_DECODER = FrameDecoder()
+
+
+class Endpoint:
+    """A fresh, private IPC address: ``ipc://@dataflow-<kind>-<uuid>`` (a Linux abstract
+    socket, nothing on disk), else a socket in a private temporary directory (never the working
+    directory), else tcp on the loopback interface (bound to a random port first).
+    """
+
+    def __init__(self, kind: str) -> None:
+        self._tmpdir: str | None = None
+        self.needs_early_bind = False
+        name = f"dataflow-{kind}-{uuid.uuid4().hex}"
+        if sys.platform.startswith("linux"):
+            self.address = f"ipc://@{name}"
+            return
+        if os.name != "nt":
+            self._tmpdir = tempfile.mkdtemp(prefix="dataflow-")
+            path = os.path.join(self._tmpdir, "s")
+            if len(path) < 100:  # sun_path limit
+                self.address = f"ipc://{path}"
+                return
+        self.address = "tcp://127.0.0.1"
+        self.needs_early_bind = True
+
+    def bind(self, sock: Any) -> None:
+        """Bind ``sock``; for tcp, pick a random port and remember the full address."""
+        if self.address == "tcp://127.0.0.1":
+            port = sock.bind_to_random_port(self.address)
+            self.address = f"tcp://127.0.0.1:{port}"
+        else:
+            sock.bind(self.address)
+
+    def cleanup(self) -> None:
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+
+# ---- consumer side --------------------------------------------------------------------------
+
+
+def _poll_raw(sock: Any, zmq: Any, timeout: float, copy: bool) -> list[Any] | None:
+    """One message's frames, waiting up to ``timeout`` seconds; ``None`` if none came. (The
+    wait is outside the ``except``: a Ctrl-C during it is a plain ``KeyboardInterrupt``.)"""
+    while True:
+        try:
+            return recv_frames(sock, zmq.NOBLOCK, copy)
+        except zmq.Again:
+            pass
+        if not sock.poll(int(timeout * 1000)):
+            return None
+
+
+class ZmqMapTransport:
+    """A mapper's consumer side: a ROUTER socket, readiness tracking, least-loaded dispatch.
+
+    Dispatch cannot lose a request: each worker connects a DEALER with identity ``w<id>`` and
+    first sends ``READY``; requests go only to workers that announced themselves, with
+    ``ROUTER_MANDATORY`` (an unroutable send raises instead of dropping) and no high-water mark
+    (memory is bounded by the mapper's ``buffer_size``). Every input is answered.
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        shm_prefix: str | None,
+        rings: list[Ring] | None,
+        res: Resources,
+        name: str,
+    ) -> None:
+        self.zmq = zmq = import_zmq()
+        self.res, self.name = res, name
+        self.endpoint = Endpoint("map")
+        res.add(self.endpoint.cleanup)
+        if shm_prefix is not None:
+            res.add(lambda: cleanup_segments(shm_prefix))
+        self.ctx = zmq.Context()
+        res.add(self.ctx.term)
+        self.sock = self.ctx.socket(zmq.ROUTER)
+        res.add(lambda: self.sock.close(linger=0))
+        self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.SNDHWM, 0)
+        self.sock.setsockopt(zmq.RCVHWM, 0)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.endpoint.bind(self.sock)
+        # the consumer's own large inputs go to segments named <prefix>-p-<n>
+        self.codec = FrameCodec(SharedMemoryWriter(shm_prefix, "p") if shm_prefix else None)
+        self.decoder = FrameDecoder(rings)
+        res.add(self.decoder.close)
+        self.copy = rings is not None  # ring messages are small frames: copying them is cheaper
+        self.load = [0] * num_workers
+        self.ready: set[int] = set()
+        self.pool: ProcessPool | None = None
+        self._pending: deque[tuple] = deque()
+
+    def attach(self, pool: ProcessPool) -> None:
+        self.pool = pool
+        pool.assigned = {i: {} for i in range(len(self.load))}
+
+    def _raw(self, timeout: float) -> tuple | None:
+        """The next message (``READY`` is handled here), bookkeeping of answered inputs."""
+        self.res.check(self.name)
+        while True:
+            frames = _poll_raw(self.sock, self.zmq, timeout, self.copy)
+            if frames is None:
+                return None
+            msg = self.decoder.decode(frames[1:])
+            kind, wid = msg[0], msg[1]
+            if kind == READY:
+                self.ready.add(wid)
+                timeout = 0
+                continue
+            if kind == DATA:
+                assigned = self.pool.assigned[wid] if self.pool else {}
+                for idx, _ in msg[2]:
+                    assigned.pop(idx, None)
+                self.load[wid] -= len(msg[2])
+            return msg
+
+    def _receive(self, timeout: float) -> tuple | None:
+        pool = self.pool
+        if pool is None:
+            return self._raw(timeout)
+        msg = pool.poll(self._raw)
+        if msg is not None:
+            return msg
+        msg = self._raw(timeout)
+        if msg is None:
+            return pool.idle(self._raw)
+        return msg
+
+    def submit(self, chunk: list) -> None:
+        self.res.check(self.name)
+        while True:
+            while not self.ready:
+                msg = self._receive(0.2)
+                if msg is not None:
+                    self._pending.append(msg)
+            wid = min(self.ready, key=self.load.__getitem__)
+            try:
+                self.sock.send_multipart([b"w%d" % wid, *self.codec.encode(chunk)], copy=False)
+            except self.zmq.ZMQError as e:
+                if e.errno != self.zmq.EHOSTUNREACH:
+                    raise
+                self.ready.discard(wid)  # it died; the death check reports it
+                continue
+            self.load[wid] += len(chunk)
+            if self.pool is not None:
+                self.pool.assigned[wid].update(dict.fromkeys(item[0] for item in chunk))
+            return
+
+    def receive(self, timeout: float) -> tuple | None:
+        if self._pending:
+            return self._pending.popleft()
+        return self._receive(timeout)
+
+
+class ZmqRunnerTransport:
+    """A runner's consumer side: a PULL socket bound to a private endpoint."""
+
+    def __init__(self, endpoint: Endpoint, hwm: int, res: Resources, rings: list[Ring] | None,
+                 name: str) -> None:
+        self.zmq = zmq = import_zmq()
+        self.res, self.name, self.endpoint, self.hwm = res, name, endpoint, hwm
+        self.decoder = FrameDecoder(rings)
+        res.add(self.decoder.close)
+        self.copy = rings is not None  # ring messages are small frames: copying them is cheaper
+        self.sock: Any = None
+        self.pool: ProcessPool | None = None
+        del zmq
+
+    def bind(self) -> None:
+        """Create the context and bind (after the workers are forked: never fork a process with
+        ZeroMQ's I/O threads running, unless the endpoint needs binding first)."""
+        if self.sock is not None:
+            return
+        zmq, res = self.zmq, self.res
+        ctx = zmq.Context()
+        sock = ctx.socket(zmq.PULL)
+        res.add(ctx.term)
+        res.add(lambda: sock.close(linger=0))
+        sock.setsockopt(zmq.RCVHWM, self.hwm)
+        sock.setsockopt(zmq.LINGER, 0)
+        self.endpoint.bind(sock)
+        self.sock = sock
+
+    def _raw(self, timeout: float) -> tuple | None:
+        self.res.check(self.name)
+        zmq = self.zmq
+        try:
+            frames = _poll_raw(self.sock, zmq, timeout, self.copy)
+        except zmq.ZMQError as e:
+            if isinstance(e, zmq.ContextTerminated) or self.sock.closed:
+                raise DataFlowTerminated(f"{self.name} was closed while iterating") from e
+            raise
+        return None if frames is None else self.decoder.decode(frames)
+
+    def receive(self, timeout: float) -> tuple | None:
+        pool = self.pool
+        assert pool is not None
+        msg = pool.poll(self._raw)
+        if msg is not None:
+            return msg
+        msg = self._raw(timeout)
+        if msg is None:
+            return pool.idle(self._raw)
+        pool.note(msg)
+        return msg
+
+
+# ---- worker side ----------------------------------------------------------------------------
+
+#: milliseconds a finished runner worker waits for its last message (END / ERROR) to leave
+FINAL_LINGER_MS = 10_000
+
+
+class WorkerChannel:
+    """A worker's socket: ``emit(msg)`` encodes and sends; ``receive()`` (map workers) the next
+    chunk; ``close()`` when the worker ends."""
+
+    def __init__(self, sock: Any, ctx: Any, codec: FrameCodec, linger: int) -> None:
+        self.sock, self.ctx, self.codec, self.linger = sock, ctx, codec, linger
+
+    def emit(self, msg: tuple) -> None:
+        send_frames(self.sock, self.codec.encode(msg))
+
+    def receive(self) -> Any:
+        return PLAIN_DECODER.decode(recv_frames(self.sock))
+
+    def close(self) -> None:
+        self.sock.close(linger=self.linger)
+        self.ctx.term()
+
+
+def _worker_codec(shm_prefix: str | None, worker_id: int, ring: Ring | None) -> FrameCodec:
+    shm = SharedMemoryWriter(shm_prefix, worker_id) if shm_prefix else None
+    return FrameCodec(shm, ring=ring, worker_id=worker_id)
+
+
+def map_worker_channel(address: str, worker_id: int, shm_prefix: str | None,
+                       ring: Ring | None) -> WorkerChannel:
+    """A map worker's DEALER (identity ``w<id>``), connected to the consumer's ROUTER."""
+    zmq = import_zmq()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, b"w%d" % worker_id)
+    sock.setsockopt(zmq.SNDHWM, 0)
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.RECONNECT_IVL, 10)
+    sock.connect(address)
+    return WorkerChannel(sock, ctx, _worker_codec(shm_prefix, worker_id, ring), 0)
+
+
+def runner_worker_channel(address: str, worker_id: int, hwm: int, shm_prefix: str | None,
+                          ring: Ring | None) -> WorkerChannel:
+    """A runner worker's PUSH, connected to the consumer's PULL."""
+    zmq = import_zmq()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PUSH)
+    sock.setsockopt(zmq.SNDHWM, hwm)
+    sock.setsockopt(zmq.RECONNECT_IVL, 10)
+    sock.connect(address)
+    return WorkerChannel(sock, ctx, _worker_codec(shm_prefix, worker_id, ring), FINAL_LINGER_MS)
