@@ -61,7 +61,7 @@ def _mapped(impl: str, path: Path, nproc: int, chunk_size: int | None):
     if impl == "ray":
         from dataflow.ray import RayMapData
 
-        ds = RayMapData(ds, func, nproc, buffer_size=200, chunk_size=chunk_size)
+        ds = RayMapData(ds, nproc, func, buffer_size=200, chunk_size=chunk_size)
     elif impl == "thread":
         ds = MultiThreadMapData(ds, nproc, func, buffer_size=200)
     else:

@@ -33,7 +33,7 @@ import numpy as np
 
 from dataflow import rng as _rng
 from dataflow.base import DataFlow, RNGDataFlow
-from dataflow.state import StateMismatchError, check_state, epoch_state, rng_from_state, rng_state
+from dataflow.state import ReaderState, StateMismatchError, check_state, rng_from_state, rng_state
 from dataflow.wrappers.map import MapData, MapDataComponent
 
 __all__ = [
@@ -58,7 +58,7 @@ def _cv2() -> Any:
     return cv2
 
 
-class ImageFromFile(RNGDataFlow):
+class ImageFromFile(ReaderState, RNGDataFlow):
     """Yields ``[image]`` read from each path of ``files`` with ``cv2.imread``.
 
     Args:
@@ -92,13 +92,8 @@ class ImageFromFile(RNGDataFlow):
         self.files = list(files)
         self.channel = channel
         self.resize = None if resize is None else shape2d(resize, "resize")
-        self.shuffle = shuffle
+        self.shuffle = self._shuffle = bool(shuffle)
         self.seed = seed
-        self._epoch = 0  # epochs started
-        self._pos = 0  # datapoints delivered in the epoch in progress
-        self._resume: int | None = None  # where the next __iter__ continues after a restore
-        self._done = False  # the epoch in progress ended (or its iterator was closed)
-        self._token: object = None  # the iterator of the epoch in progress
 
     def __len__(self) -> int:
         return len(self.files)
@@ -124,15 +119,10 @@ class ImageFromFile(RNGDataFlow):
     def __iter__(self) -> Iterator[list[np.ndarray]]:
         # the epoch begins now, not on the first next(): parents that create their children's
         # iterators up front save the children's states in the new epoch
-        start, self._resume = self._resume, None
-        if start is None:
-            self._epoch += 1
-            start = 0
-        self._pos, self._done = start, False
+        token, epoch, start = self._begin_epoch()
         order = list(self.files)
         if self.shuffle:
-            self._epoch_rng(self._epoch - 1).shuffle(order)
-        self._token = token = object()
+            self._epoch_rng(epoch).shuffle(order)
         return self._run(order[start:], token)
 
     def _run(self, paths: list[str], token: object) -> Iterator[list[np.ndarray]]:
@@ -142,31 +132,7 @@ class ImageFromFile(RNGDataFlow):
                 self._pos += 1
                 yield dp
         finally:
-            if self._token is token:  # unless a newer iterator began an epoch
-                self._done = True
-
-    def state_dict(self) -> dict[str, Any]:
-        """Epoch, position, number of files, shuffle and seed (the order is re-derived)."""
-        n = len(self.files)
-        state: dict[str, Any] = {
-            "type": "ImageFromFile", "size": n, "shuffle": bool(self.shuffle),
-            **epoch_state(self._epoch - 1, self._pos, self._done or self._pos >= n),
-        }
-        if self.shuffle:
-            state["seed"] = self._seed_state()
-        return state
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        n = len(self.files)
-        check_state(state, self, size=n, shuffle=bool(self.shuffle))
-        pos = state.get("pos")
-        if not isinstance(pos, int) or isinstance(pos, bool) or not 0 <= pos <= n:
-            raise StateMismatchError(
-                f"state for stage ImageFromFile: expected a position in [0, {n}], found "
-                f"{pos!r}; the state is damaged."
-            )
-        self.restore_epoch(state)
-        self._done, self._token = bool(state["done"]), None
+            self._end(token)
 
 
 # ---------------------------------------------------------------- augmentation flows

@@ -96,14 +96,21 @@ def test_seeded_sequences_repeat_across_runs_and_after_reset_state():
 def test_golden_sequence():
     set_seed(0)
     assert _crop_offsets(imgaug.RandomCrop((4, 5)), n=6) == [
-        (2, 4), (3, 2), (6, 6), (3, 2), (4, 0), (2, 1)
+        (4, 4), (5, 4), (6, 2), (3, 4), (5, 4), (3, 0)
     ]
 
 
 def test_augmentors_in_a_list_get_distinct_streams():
     set_seed(0)
     a, b = imgaug.RandomCrop((4, 5)), imgaug.RandomCrop((4, 5))
+    imgaug.AugmentorList([a, b]).reset_state()  # their paths: positions in the list
     assert _crop_offsets(a) != _crop_offsets(b)
+    # on their own, two augmentors of one class share the stream of their class name
+    set_seed(0)
+    c, d = imgaug.RandomCrop((4, 5)), imgaug.RandomCrop((4, 5))
+    assert _crop_offsets(c) == _crop_offsets(d)
+    set_seed(0)
+    assert _crop_offsets(imgaug.RandomCrop((4, 5), seed=1)) != _crop_offsets(c)
 
 
 def test_pickled_copy_rederives_its_stream():

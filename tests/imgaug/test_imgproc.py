@@ -20,12 +20,12 @@ def _params(aug, n=3, img=IMG):
 def test_brightness_golden_exact_uint8_and_float():
     set_seed(0)
     assert _params(imgaug.Brightness(30)) == pytest.approx(
-        [-6.011493964900275, 1.3722057993306507, -29.98427099604807]
+        [-29.689601265732712, 15.374805233998401, -13.772886295746282]
     )
     set_seed(0)
     aug = imgaug.Brightness(30)
     out = aug.augment(IMG)
-    expected = np.clip(np.rint(IMG.astype(np.float64) - 6.011493964900275), 0, 255)
+    expected = np.clip(np.rint(IMG.astype(np.float64) - 29.689601265732712), 0, 255)
     np.testing.assert_array_equal(out, expected.astype(np.uint8))
     big = np.array([[250, 3]], np.uint8)
     aug.rng = np.random.RandomState(0)
@@ -72,7 +72,7 @@ def test_hue_exact():
     np.testing.assert_array_equal(imgaug.Hue((90, 90)).augment(red), [[[0, 255, 255]]])
     set_seed(0)
     assert _params(imgaug.Hue(), img=RGB) == pytest.approx(
-        [71.96551810529918, 94.11661739799196, 0.04718701185578933]
+        [44.55486672905374, 162.13464465391363, 7.577787127676996]
     )
     with pytest.raises(ValueError, match=r"needs an image of shape \(h, w, 3\)"):
         imgaug.Hue().augment(IMG)
@@ -103,7 +103,7 @@ def test_saturation_exact():
     set_seed(0)
     aug = imgaug.Saturation(0.4)
     out = aug.augment(rgb)
-    v = 0.919846747134663
+    v = 1.3661901629729472
     gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)[:, :, None]
     np.testing.assert_allclose(out, np.clip(rgb * v + gray * (1 - v), 0, 255), rtol=1e-5)
     np.testing.assert_array_equal(imgaug.Saturation(0.0).augment(RGB), RGB)
@@ -114,7 +114,7 @@ def test_saturation_exact():
 def test_lighting_exact():
     set_seed(0)
     aug = imgaug.Lighting(0.5, [10.0, 5.0, 1.0], np.eye(3))
-    inc = [2.79916331, -6.13142479, -0.61200051]
+    inc = [-0.27438358, -0.63830369, 0.2502397]
     rgb = RGB.astype(np.float32)
     np.testing.assert_allclose(aug.augment(rgb), np.clip(rgb + inc, 0, 255), rtol=1e-6)
     with pytest.raises(ValueError, match=r"`eigval` must have shape \(3,\)"):
@@ -145,9 +145,9 @@ def test_min_max_normalize_exact_and_flat():
 def test_gaussian_blur_golden_and_exact():
     set_seed(0)
     assert _params(imgaug.GaussianBlur(3, (0.5, 1.5), symmetric=False)) == [
-        ((5, 1), pytest.approx((1.0228700966555109, 0.5002621500658655))),
-        ((5, 5), pytest.approx((0.8921114076288376, 0.9817079667718515))),
-        ((5, 1), pytest.approx((0.5374104175636535, 1.0857638124537337))),
+        ((3, 1), pytest.approx((0.6977537375371725, 0.9628863582259058))),
+        ((5, 3), pytest.approx((0.5062814740482974, 1.3900392784610576))),
+        ((3, 5), pytest.approx((0.8356614195405203, 1.1625077363588485))),
     ]
     np.testing.assert_array_equal(imgaug.GaussianBlur((0, 1)).augment(IMG), IMG)
     aug = imgaug.GaussianBlur((1, 2), (1.0, 1.0))

@@ -142,6 +142,7 @@ def test_spawn_and_forkserver_start_methods(tmp_path):
 def main():
     for method in ("spawn", "forkserver"):
         with MultiProcessRunnerZMQ(flows.Range(5), 2, start_method=method) as r:
+            r.reset_state()
             print(method, sorted(dp[0] for dp in r))
         with MultiProcessMapDataZMQ(flows.Range(6), 2, flows.double, strict=True,
                                     start_method=method) as m:
@@ -197,6 +198,7 @@ def test_default_start_method_is_fork_on_linux():
 
 def test_garbage_collection_stops_workers():
     r = MultiProcessRunnerZMQ(flows.Range(100), 2)
+    r.reset_state()
     next(iter(r))
     pids = r._pool.pids
     del r
@@ -215,6 +217,7 @@ def test_many_cycles_leave_no_children_and_no_descriptors():
             flows.Range(3), 2, 1
         )
         with r:
+            r.reset_state()
             assert [dp[0] for dp in r] == [0, 1, 2]
         with MultiThreadMapData(flows.Range(3), 2, flows.double, strict=True) as m:
             assert sorted(dp[0] for dp in m) == [0, 2, 4]
@@ -275,6 +278,7 @@ def test_forked_workers_get_single_threaded_opencv_without_deadlock():
     before = cv2.getNumThreads()
     for _ in range(3):
         with MultiProcessRunnerZMQ(flows.Cv2Threads(), 2) as r:
+            r.reset_state()
             assert list(r) == [[1, "1"]]
         assert cv2.getNumThreads() == before  # restored in the consumer
     assert os.environ.get("OMP_NUM_THREADS") == ORIGINAL_ENV.get("OMP_NUM_THREADS")

@@ -20,6 +20,7 @@ if __name__ == "__main__":
     for method in ("fork", "spawn"):
         rng.set_seed(0)
         with MultiProcessRunnerZMQ(flows.RandomTagged(5), 1, start_method=method) as r:
+            r.reset_state()
             print([dp[1] for dp in r])
 """
 

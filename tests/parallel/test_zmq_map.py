@@ -79,27 +79,24 @@ def test_arrays_round_trip_both_ways():
         assert np.array_equal(arr, np.full((300, 300), i % 251 + 1, np.uint8))
 
 
-def _global_streams() -> dict[int, list[tuple[int, int]]]:
+def _global_draws(workers: int) -> list[tuple[int, int, int]]:
     with MultiProcessMapDataZMQ(
-        flows.Range(100), 2, flows.global_random, buffer_size=4, strict=True
+        flows.Range(40), workers, flows.global_random, buffer_size=4, strict=True, ordered=True
     ) as m:
-        got = sorted(m)
-    streams: dict[int, list[tuple[int, int]]] = {}
-    for _i, wid, np_value, py_value in got:
-        streams.setdefault(wid, []).append((np_value, py_value))
-    return streams
+        return [(i, np_value, py_value) for i, _wid, np_value, py_value in m]
 
 
-def test_global_rngs_differ_per_worker_and_reproduce():
+def test_global_rngs_are_keyed_by_the_input_not_the_worker():
     rng.set_seed(0)
-    a = _global_streams()
+    two = _global_draws(2)
     rng.set_seed(0)
-    b = _global_streams()
-    assert set(a) == set(b) == {0, 1}
-    for wid in (0, 1):
-        n = min(len(a[wid]), len(b[wid]))
-        assert a[wid][:n] == b[wid][:n]
-    assert a[0][0] != a[1][0]
+    one = _global_draws(1)
+    rng.set_seed(1)
+    other = _global_draws(2)
+    assert two == one  # the same draws whichever worker maps an input
+    assert [i for i, _, _ in two] == list(range(40))
+    assert len({v for _, v, _ in two}) == 40 and len({v for _, _, v in two}) == 40
+    assert [v for _, v, _ in other] != [v for _, v, _ in two]
 
 
 def test_map_and_batch_default_buffer_and_batches():

@@ -33,6 +33,7 @@ def test_alias():
 
 def test_arrays_arrive_intact_and_writable():
     with MultiProcessRunnerZMQ(flows.Arrays(6), 1) as r:
+        r.reset_state()
         got = list(r)
     assert [dp[0] for dp in got] == list(range(6))
     for i, arr in got:
@@ -52,6 +53,7 @@ def test_large_arrays_travel_through_shared_memory_and_leave_nothing():
     before = _segments()
     shape = (1024, 1024, 5)  # 5 MiB: above the shared-memory threshold
     with MultiProcessRunnerZMQ(flows.Arrays(4, shape), 2, hwm=2) as r:
+        r.reset_state()
         it = iter(r)
         first = next(it)
         assert np.array_equal(first[1], np.full(shape, first[0] % 251, np.uint8))
@@ -72,11 +74,13 @@ def test_large_arrays_travel_through_shared_memory_and_leave_nothing():
 def test_shared_memory_can_be_disabled():
     shape = (1024, 1024, 5)
     with MultiProcessRunnerZMQ(flows.Arrays(2, shape), 1, use_shm=False) as r:
+        r.reset_state()
         assert [int(dp[1][0, 0, 0]) for dp in r] == [0, 1]
 
 
 def test_sigkill_of_a_worker_surfaces():
     with MultiProcessRunnerZMQ(flows.Range(10**6), 2) as r:
+        r.reset_state()
         it = iter(r)
         next(it)
         victim = r._pool.procs[1].pid
@@ -96,6 +100,7 @@ def test_unpicklable_datapoint_is_reported():
             yield [lambda: 0]
 
     with MultiProcessRunnerZMQ(Lambdas(1), 1) as r, pytest.raises(WorkerError) as ei:
+        r.reset_state()
         list(r)
     assert "pickle" in ei.value.exc_message.lower() or "pickle" in ei.value.exc_type.lower()
 
@@ -104,6 +109,7 @@ def _streams(kind: str) -> dict[int, list[int]]:
     # a small delay per datapoint: on a busy machine one worker could otherwise produce all
     # 200 datapoints before the other has started
     with RUNNERS[kind](lambda: flows.RandomTagged(50, delay=0.002), 2) as r:
+        r.reset_state()
         got = [dp for _ in range(4) for dp in r]
     streams: dict[int, list[int]] = {}
     for wid, value in got:

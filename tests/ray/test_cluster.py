@@ -34,7 +34,7 @@ def _no_ray_before_and_after():
 def test_flows_start_a_local_ray_and_the_last_close_stops_it():
     sigterm, excepthook = signal.getsignal(signal.SIGTERM), sys.excepthook
     breakpoint_hook = os.environ.get("PYTHONBREAKPOINT")
-    m = RayMapData(flows.Range(20), flows.double, 1, strict=True, ordered=True)
+    m = RayMapData(flows.Range(20), 1, flows.double, strict=True, ordered=True)
     r = RayRunner(flows.Range(5), 1)  # (each actor holds one of the 2 CPUs)
     assert not ray.is_initialized()  # nothing starts before reset_state()
     assert [dp[0] for dp in m] == list(range(0, 40, 2))
@@ -76,7 +76,7 @@ def test_connects_to_a_cluster_by_address_and_an_unclosed_flow_leaves_nothing_at
             import itertools, sys, ray
             from dataflow.ray import RayMapData
             from tests.parallel import flows
-            ds = RayMapData(flows.Range(100), flows.double, 1)  # never closed
+            ds = RayMapData(flows.Range(100), 1, flows.double)  # never closed
             print([dp[0] for dp in itertools.islice(ds, 5)], flush=True)
             print(ray.get_runtime_context().gcs_address, flush=True)
             sys.stdin.read()
@@ -89,8 +89,8 @@ def test_connects_to_a_cluster_by_address_and_an_unclosed_flow_leaves_nothing_at
         address = head.stdout.readline().strip()
         assert ":" in address
         with pytest.raises(ValueError, match="`num_workers` must be given when connecting"):
-            RayMapData(flows.Range(3), flows.double, address=address)
-        m = RayMapData(flows.Range(30), flows.double, 1, strict=True, address=address)
+            RayMapData(flows.Range(3), map_func=flows.double, address=address)
+        m = RayMapData(flows.Range(30), 1, flows.double, strict=True, address=address)
         assert sorted(dp[0] for dp in m) == list(range(0, 60, 2))
         assert ray.is_initialized()
         assert ray.get_runtime_context().gcs_address == address
@@ -113,7 +113,7 @@ def test_without_ray_the_module_imports_and_the_classes_name_the_extra():
         sys.modules["ray"] = None  # as if Ray were not installed
         import dataflow.ray
         from dataflow.sources import DataFromList
-        for make in (lambda: dataflow.ray.RayMapData(DataFromList([[1]]), abs, 1),
+        for make in (lambda: dataflow.ray.RayMapData(DataFromList([[1]]), 1, abs),
                      lambda: dataflow.ray.RayRunner(DataFromList([[1]]), 1)):
             try:
                 make()

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflow import rng as _rng
-from dataflow.errors import DataFlowReentrantError, DataFlowTerminated, WorkerError
+from dataflow.errors import DataFlowReentrantError, DataFlowTerminated, NoneResultError, WorkerError
 from dataflow.ray import RayMapData
 from dataflow.sources import DataFromList
 from dataflow.state import StateMismatchError
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.usefixtures("local_ray"), pytest.mark.allow_children]
 
 @pytest.mark.parametrize("ordered", [False, True])
 def test_strict_epochs_are_exact(ordered):
-    with RayMapData(flows.Range(50), flows.slow_identity, 2, strict=True, ordered=ordered,
+    with RayMapData(flows.Range(50), 2, flows.slow_identity, strict=True, ordered=ordered,
                     chunk_size=4) as ds:
         assert len(ds) == 50
         for _ in range(2):
@@ -47,27 +47,31 @@ def test_strict_epochs_are_exact(ordered):
        num_workers=st.integers(1, 2), ordered=st.booleans())
 def test_strict_is_the_serial_map_for_any_sizes(n, buffer_size, chunk_size, num_workers,
                                                 ordered):
-    with RayMapData(flows.Range(n), flows.double_unless_3, num_workers, strict=True,
+    with RayMapData(flows.Range(n), num_workers, flows.double, strict=True,
                     ordered=ordered, buffer_size=buffer_size, chunk_size=chunk_size) as ds:
         got = [dp[0] for dp in ds]
-    want = [2 * i for i in range(n) if i % 3]
+    want = [2 * i for i in range(n)]
     assert (got if ordered else sorted(got)) == want
 
 
-def test_strict_small_buffer_and_nones():
-    with RayMapData(flows.Range(40), flows.drop_odd, 2, strict=True, buffer_size=3) as ds:
-        assert sorted(dp[0] for dp in ds) == list(range(0, 40, 2))
-        assert sorted(dp[0] for dp in ds) == list(range(0, 40, 2))
+def test_strict_small_buffer_and_a_none_result_raises():
+    with RayMapData(flows.Range(40), 2, flows.double, strict=True, buffer_size=3) as ds:
+        assert sorted(dp[0] for dp in ds) == list(range(0, 80, 2))
+        assert sorted(dp[0] for dp in ds) == list(range(0, 80, 2))
+    none = r"RayMapData: map_func returned None for input index \d*[13579] of the epoch"
+    with RayMapData(flows.Range(40), 2, flows.drop_odd, strict=True, buffer_size=3) as ds, \
+            pytest.raises(NoneResultError, match=none):
+        list(ds)
 
 
 def test_non_strict_stream_continues_across_iterations():
-    with RayMapData(flows.Range(10), flows.double, 2, ordered=True, chunk_size=3) as ds:
+    with RayMapData(flows.Range(10), 2, flows.double, ordered=True, chunk_size=3) as ds:
         got = [dp[0] for _ in range(3) for dp in itertools.islice(ds, 7)]
     assert got == [2 * (i % 10) for i in range(21)]
 
 
 def test_arrays_come_through_the_object_store():
-    with RayMapData(flows.Range(20), rflows.image, 2, strict=True, ordered=True) as ds:
+    with RayMapData(flows.Range(20), 2, rflows.image, strict=True, ordered=True) as ds:
         got = list(ds)
     assert [dp[0] for dp in got] == list(range(20))
     for i, img in got:
@@ -78,7 +82,7 @@ def test_arrays_come_through_the_object_store():
 
 
 def test_map_error_surfaces_with_remote_traceback():
-    ds = RayMapData(flows.Range(30), flows.fail_at_7, 2, strict=True, ordered=True)
+    ds = RayMapData(flows.Range(30), 2, flows.fail_at_7, strict=True, ordered=True)
     ds.reset_state()  # (the actors' start-up is not part of the delay)
     start = time.monotonic()
     with pytest.raises(WorkerError) as ei:
@@ -96,7 +100,7 @@ def test_map_error_surfaces_with_remote_traceback():
 
 def test_a_result_ray_cannot_serialize_raises():
     # one chunk: the error names its first input whichever way Ray reports it
-    ds = RayMapData(flows.Range(10), rflows.lock_result, 1, strict=True, chunk_size=10)
+    ds = RayMapData(flows.Range(10), 1, rflows.lock_result, strict=True, chunk_size=10)
     with pytest.raises(WorkerError) as ei:
         list(ds)
     ds.close()
@@ -108,7 +112,7 @@ def test_a_result_ray_cannot_serialize_raises():
 
 
 def test_a_result_the_consumer_cannot_deserialize_raises_without_retries():
-    ds = RayMapData(flows.Range(10), rflows.ResultTheConsumerCannotLoad(), 1, strict=True)
+    ds = RayMapData(flows.Range(10), 1, rflows.ResultTheConsumerCannotLoad(), strict=True)
     ds.reset_state()
     start = time.monotonic()
     with pytest.raises(WorkerError) as ei:
@@ -120,7 +124,7 @@ def test_a_result_the_consumer_cannot_deserialize_raises_without_retries():
 
 
 def test_after_an_error_the_next_iteration_starts_fresh_actors():
-    with RayMapData(flows.Range(10), flows.fail_at_7, 1, strict=True, ordered=True) as ds:
+    with RayMapData(flows.Range(10), 1, flows.fail_at_7, strict=True, ordered=True) as ds:
         with pytest.raises(WorkerError):
             list(ds)
         assert ds.worker_pids() == []  # the error stopped the actors
@@ -132,7 +136,7 @@ def test_after_an_error_the_next_iteration_starts_fresh_actors():
 @pytest.mark.parametrize("ordered", [False, True])
 def test_lost_actor_is_replaced_and_every_item_comes_once(tmp_path, ordered):
     func = rflows.KillOnce(tmp_path / "killed", at=13)
-    with RayMapData(flows.Range(60), func, 2, strict=True, ordered=ordered, chunk_size=4) as ds:
+    with RayMapData(flows.Range(60), 2, func, strict=True, ordered=ordered, chunk_size=4) as ds:
         got = [dp[0] for dp in ds]
         assert (tmp_path / "killed").exists()
         if ordered:
@@ -143,7 +147,7 @@ def test_lost_actor_is_replaced_and_every_item_comes_once(tmp_path, ordered):
 
 
 def test_actor_killed_from_outside_mid_epoch():
-    with RayMapData(flows.Range(200), flows.sleepy, 2, strict=True, chunk_size=2) as ds:
+    with RayMapData(flows.Range(200), 2, flows.sleepy, strict=True, chunk_size=2) as ds:
         it = iter(ds)
         got = [next(it)[0] for _ in range(20)]
         pid = ds.worker_pids()[0]
@@ -154,7 +158,7 @@ def test_actor_killed_from_outside_mid_epoch():
 
 
 def test_a_chunk_that_always_kills_its_actor_raises_after_retries():
-    ds = RayMapData(flows.Range(10), rflows.always_die_at_3, 2, strict=True, chunk_size=1,
+    ds = RayMapData(flows.Range(10), 2, rflows.always_die_at_3, strict=True, chunk_size=1,
                     max_retries=1)
     ds.reset_state()
     start = time.monotonic()
@@ -171,7 +175,7 @@ def test_worker_seeds_are_distinct_and_reproducible():
     def run(seed: int) -> dict[int, list[int]]:
         """Each worker's random draws, in the order it mapped its inputs."""
         _rng.set_seed(seed)
-        with RayMapData(flows.Range(24), flows.global_random, 2, strict=True,
+        with RayMapData(flows.Range(24), 2, flows.global_random, strict=True,
                         chunk_size=1) as ds:
             got = sorted(ds)
         draws: dict[int, list[int]] = {}
@@ -189,7 +193,7 @@ def test_worker_seeds_are_distinct_and_reproducible():
 
 
 def test_close_kills_the_actors_and_is_idempotent(local_ray):
-    ds = RayMapData(flows.Range(8), flows.double, 2, strict=True)
+    ds = RayMapData(flows.Range(8), 2, flows.double, strict=True)
     assert sorted(dp[0] for dp in ds) == list(range(0, 16, 2))
     pids = ds.worker_pids()
     assert len(set(pids)) == 2
@@ -203,7 +207,7 @@ def test_close_kills_the_actors_and_is_idempotent(local_ray):
 
 
 def test_garbage_collection_kills_the_actors():
-    ds = RayMapData(flows.Range(10), flows.double, 1, strict=True)
+    ds = RayMapData(flows.Range(10), 1, flows.double, strict=True)
     assert len(list(ds)) == 10
     pids = ds.worker_pids()
     del ds
@@ -212,7 +216,7 @@ def test_garbage_collection_kills_the_actors():
 
 
 def test_close_from_another_thread_stops_the_iteration():
-    ds = RayMapData(flows.Range(10**6), flows.sleepy, 2)
+    ds = RayMapData(flows.Range(10**6), 2, flows.sleepy)
     it = iter(ds)
     next(it)
     closer = threading.Timer(0.3, ds.close)
@@ -226,7 +230,7 @@ def test_close_from_another_thread_stops_the_iteration():
 
 
 def test_not_reentrant():
-    with RayMapData(flows.Range(10), flows.double, 1, strict=True) as ds:
+    with RayMapData(flows.Range(10), 1, flows.double, strict=True) as ds:
         it = iter(ds)
         next(it)
         with pytest.raises(DataFlowReentrantError):
@@ -237,19 +241,23 @@ def test_not_reentrant():
 
 def test_arguments_are_validated():
     with pytest.raises(ValueError, match="`chunk_size` must be a positive int, got 0"):
-        RayMapData(flows.Range(3), flows.double, 1, chunk_size=0)
-    with pytest.raises(TypeError, match=r"swap them: RayMapData\(ds, func, num_workers\)"):
-        RayMapData(flows.Range(3), 2, flows.double)
+        RayMapData(flows.Range(3), 1, flows.double, chunk_size=0)
+    with pytest.warns(DeprecationWarning, match=r"RayMapData\(ds, map_func, num_workers\) is "
+                                                r"deprecated: the arguments are now \(ds, "
+                                                r"num_workers, map_func\)"):
+        old = RayMapData(flows.Range(3), flows.double, 2)  # the order of earlier releases
+    assert (old.num_workers, old.map_func) == (2, flows.double)
     with pytest.raises(ValueError, match="`max_retries` must be an int >= 0, got -1"):
-        RayMapData(flows.Range(3), flows.double, 1, max_retries=-1)
+        RayMapData(flows.Range(3), 1, flows.double, max_retries=-1)
     with pytest.raises(TypeError, match="`actor_options` must be a dict"):
-        RayMapData(flows.Range(3), flows.double, 1, actor_options=1)
-    ds = RayMapData(flows.Range(3), flows.double)  # num_workers: the cluster's CPUs
+        RayMapData(flows.Range(3), 1, flows.double, actor_options=1)
+    ds = RayMapData(flows.Range(3), map_func=flows.double)  # num_workers: the cluster's CPUs
     assert ds.num_workers == 2
     assert ds._chunk_size() == 50  # buffer_size // (2 * num_workers)
-    assert RayMapData(flows.Range(3), flows.double, 2, buffer_size=1000)._chunk_size() == 64
-    assert RayMapData(flows.Range(3), flows.double, strict=True)._chunk_size() == 1  # tiny epoch
-    assert RayMapData(flows.Range(3), flows.double, 1, chunk_size=5)._chunk_size() == 5
+    assert RayMapData(flows.Range(3), 2, flows.double, buffer_size=1000)._chunk_size() == 64
+    tiny_epoch = RayMapData(flows.Range(3), map_func=flows.double, strict=True)
+    assert tiny_epoch._chunk_size() == 1
+    assert RayMapData(flows.Range(3), 1, flows.double, chunk_size=5)._chunk_size() == 5
 
 
 # ---- resume -----------------------------------------------------------------------------------
@@ -258,7 +266,7 @@ def test_arguments_are_validated():
 def test_resume_is_exact_when_strict_and_ordered():
     check_resume(
         lambda: RayMapData(DataFromList(list(range(8)), shuffle=True, seed=3),
-                           lambda x: x * 10, 2, strict=True, ordered=True, buffer_size=4),
+                           2, lambda x: x * 10, strict=True, ordered=True, buffer_size=4),
         epochs=2, every=6,
     )
 
@@ -266,7 +274,7 @@ def test_resume_is_exact_when_strict_and_ordered():
 @pytest.mark.parametrize(("strict", "ordered"), [(True, False), (False, True)])
 def test_resume_delivers_the_rest_once(strict, ordered):
     def make():
-        return RayMapData(DataFromList([[i] for i in range(30)], shuffle=False), flows.sleepy, 2,
+        return RayMapData(DataFromList([[i] for i in range(30)], shuffle=False), 2, flows.sleepy,
                           strict=strict, ordered=ordered, buffer_size=8, chunk_size=2)
 
     ds = make()
@@ -287,9 +295,9 @@ def test_resume_delivers_the_rest_once(strict, ordered):
 
 
 def test_a_state_of_another_dataset_size_is_refused():
-    state = RayMapData(flows.Range(10), flows.double, 1, strict=True).state_dict()
+    state = RayMapData(flows.Range(10), 1, flows.double, strict=True).state_dict()
     with pytest.raises(StateMismatchError, match="RayMapData") as ei:
-        RayMapData(flows.Range(12), flows.double, 1, strict=True).load_state_dict(state)
+        RayMapData(flows.Range(12), 1, flows.double, strict=True).load_state_dict(state)
     assert "size" in str(ei.value)
     assert "12" in str(ei.value)
     assert "10" in str(ei.value)

@@ -100,6 +100,7 @@ def test_random_mix_short_source_is_named():
             yield [0]
 
     flow = df.RandomMixData([Liar(), _src([1])], seed=0)
+    flow.reset_state()
     with pytest.raises(DataFlowError, match=r"`df_lists\[0\]` \(Liar\) ended before yielding"):
         list(flow)
 

@@ -15,7 +15,10 @@ path below the stage's own, in a fixed order (depth first, attributes by name). 
 * inside a parallel mapper, an augmentor draws from a stream keyed by the input being mapped
   (its epoch and position), so the result does not depend on which worker maps it;
 * an augmentor used on its own, never reset, derives its stream on first use from the global
-  seed and its class name.
+  seed and its class name;
+* every stream is keyed by the runner worker that uses it (:func:`dataflow.rng.get_worker_info`):
+  the copies of a flow in ``MultiProcessRunnerZMQ``'s workers augment differently, and each
+  reproduces.
 
 As in tensorpack, ``aug.rng = np.random.RandomState(n)`` pins an augmentor to that generator
 (until its next ``reset_state()``).
@@ -91,13 +94,16 @@ class ImageAugmentor:
     def rng(self) -> np.random.RandomState:
         """This augmentor's random stream (per input inside a parallel mapper)."""
         d = self.__dict__
-        if not d.get("_pinned"):
-            scope = _rng.current_input_scope()
-            if scope is not None:
-                return scope.rng(self._owner_key())
+        if d.get("_pinned"):
+            return d["_rng"]
+        scope = _rng.current_input_scope()
+        if scope is not None:
+            return scope.rng(self._owner_key())
         r = d.get("_rng")
-        if r is None:
+        worker = _rng.get_worker_info()
+        if r is None or d.get("_rng_worker") != worker:  # e.g. first use in a runner worker
             r = d["_rng"] = self._derive()
+            d["_rng_worker"] = worker
         return r
 
     @rng.setter
@@ -127,6 +133,7 @@ class ImageAugmentor:
     def _set_stream(self, value: np.random.RandomState) -> None:
         """Continue from ``value`` (a restored stream), without pinning."""
         self.__dict__["_rng"] = value
+        self.__dict__["_rng_worker"] = _rng.get_worker_info()
 
     def reset_state(self) -> None:
         """Re-derive the random streams of this augmentor and of the augmentors inside it,
@@ -140,6 +147,7 @@ class ImageAugmentor:
                 d["_inherited_seed"] = self._base_seed()
             d["_pinned"] = False
             d["_rng"] = aug._derive()
+            d["_rng_worker"] = _rng.get_worker_info()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

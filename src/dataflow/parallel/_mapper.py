@@ -32,6 +32,8 @@ from dataflow.validation import check_callable, check_positive_int, known_length
 
 __all__ = ["Checkpoints", "MapperBase"]
 
+_END = object()
+
 
 class Checkpoints:
     """The child's states at positions of the input stream (oldest first), taken by the
@@ -69,9 +71,13 @@ class Checkpoints:
         """``items`` (the child's stream from position ``origin``), taking checkpoints between
         two reads when they are due."""
         self.position = pos = origin
-        for item in items:
-            if pos >= self.next_at:
+        it = iter(items)
+        while True:
+            if pos >= self.next_at:  # before the child reads position pos
                 self._take(pos)
+            item = next(it, _END)
+            if item is _END:
+                return
             self.position = pos = pos + 1
             yield item
 
@@ -230,8 +236,9 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
                 sched.start_epoch(source, read, pending, origin=cpos, key_epoch=epoch)
                 ckpt.reset(cpos, self._resume_child)
             else:
+                items = enumerate(self.ds)  # (the child's epoch begins here)
                 ckpt.start(0)
-                sched.start_epoch(ckpt.read(enumerate(self.ds), 0), key_epoch=epoch)
+                sched.start_epoch(ckpt.read(items, 0), key_epoch=epoch)
             self._resume_progress = None
         # _pos counts what the scheduler yields from now on (a subclass may count itself)
         self._live = self._pos - sched.yielded() if self._counts_results else None
