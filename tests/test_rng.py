@@ -23,7 +23,7 @@ def test_explicit_seed_reproduces_and_epochs_differ():
     assert sorted(a[0]) == list(range(20))
 
 
-def test_global_seed_reproduces_and_stages_differ():
+def test_global_seed_reproduces_and_does_not_depend_on_other_flows():
     df.set_seed(123)
     first = _draw(df.DataFromList([[i] for i in range(20)])) + _draw(
         df.DataFromList([[i] for i in range(20)]))
@@ -31,7 +31,9 @@ def test_global_seed_reproduces_and_stages_differ():
     second = _draw(df.DataFromList([[i] for i in range(20)])) + _draw(
         df.DataFromList([[i] for i in range(20)]))
     assert first == second
-    assert first[0] != first[2]  # two stages never share a stream
+    # the same stage in the same place of its pipeline: the same stream, whatever came before
+    assert first[0] == first[2] and first[1] == first[3]
+    assert first[0] != first[1]  # epochs differ
 
 
 def test_no_seed_uses_fresh_entropy():
@@ -41,14 +43,18 @@ def test_no_seed_uses_fresh_entropy():
 
 
 def test_worker_id_changes_the_stream():
-    rng.set_worker_info(0)
-    w0 = _draw(df.DataFromList([[i] for i in range(30)], seed=1), 1)
-    rng.set_worker_info(1)
-    w1 = _draw(df.DataFromList([[i] for i in range(30)], seed=1), 1)
-    rng.set_worker_info(0)
-    w0_again = _draw(df.DataFromList([[i] for i in range(30)], seed=1), 1)
-    assert w0 != w1
-    assert w0 == w0_again
+    def draw(worker):
+        flow = df.DataFromList([[i] for i in range(30)], seed=1)
+        with rng.worker_scope(worker):
+            flow.reset_state()
+        return [d[0] for d in flow]
+
+    rng.set_worker_info(1)  # a process-wide worker id (a worker process) works the same way
+    w1_process = _draw(df.DataFromList([[i] for i in range(30)], seed=1), 1)[0]
+    rng.set_worker_info(None)
+    assert draw(0) != draw(1)
+    assert draw(0) == draw(0)
+    assert draw(1) == w1_process
 
 
 def test_reset_state_rederives_the_same_stream():
@@ -97,3 +103,4 @@ def test_get_rng_compat():
     df.set_seed(3)
     b = rng.get_rng(object()).randint(0, 10**6)
     assert a == b
+    assert rng.get_rng(object(), seed=4).randint(0, 10**6) != a

@@ -20,7 +20,20 @@ __all__ = [
     "shape2d",
 ]
 
-fix_rng_seed = set_seed  # tensorpack's name; ours derives distinct streams per stage and worker
+def fix_rng_seed(seed: int) -> None:
+    """tensorpack's name: make the program deterministic from ``seed``.
+
+    Sets dataflow's global seed (:func:`dataflow.set_seed`: every random stage, augmentor and
+    parallel worker derives its stream from it and its place in the pipeline) and seeds this
+    process's global ``np.random`` and ``random`` generators, for the code that draws from
+    them outside parallel workers.
+    """
+    import random
+
+    set_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
+
 
 
 def get_tqdm_kwargs(**kwargs: Any) -> dict[str, Any]:

@@ -57,7 +57,7 @@ def test_random_crop_random_shape():
         t = aug.get_transform(IMG)
         assert 2 <= t.h <= 3 and 2 <= t.w <= 3
         assert t.y0 + t.h <= 4 and t.x0 + t.w <= 5
-    full = imgaug.RandomCropRandomShape(4, 4, 4, 4)  # one instance: fresh ones share a stream
+    full = imgaug.RandomCropRandomShape(4, 4, 4, 4)  # one: fresh ones share their class stream
     seen = {(t.y0, t.x0) for t in (full.get_transform(IMG) for _ in range(100))}
     assert seen == {(0, 0), (0, 1)}  # the last offset is reachable (tensorpack never chose it)
     with pytest.raises(ValueError, match="wmin <= wmax"):

@@ -23,7 +23,7 @@ def test_flip_exact_and_golden_sequence():
     assert imgaug.Flip(vert=True, prob=0.0).augment(IMG) is IMG
     set_seed(0)
     flip, noop = "imgaug.FlipTransform(h=4, w=5)", "imgaug.NoOpTransform()"
-    assert _seq(imgaug.Flip(horiz=True)) == [flip, noop, flip, flip]
+    assert _seq(imgaug.Flip(horiz=True)) == [flip, flip, noop, flip]
 
 
 @pytest.mark.parametrize(("horiz", "vert"), [(False, False), (True, True)])
@@ -61,17 +61,17 @@ def test_random_resize_golden_sequences():
     set_seed(0)
     assert _seq(imgaug.RandomResize((0.5, 2.0))) == [
         f"imgaug.ResizeTransform(h=4, w=5, new_h={h}, new_w={w}, interp=1)"
-        for h, w in [(5, 5), (4, 6), (6, 8), (8, 9)]
+        for h, w in [(7, 8), (6, 7), (8, 9), (8, 10)]
     ]
     set_seed(0)
     assert _seq(imgaug.RandomResize((3, 9), (3, 9), aspect_ratio_thres=0.3)) == [
         f"imgaug.ResizeTransform(h=4, w=5, new_h={h}, new_w={w}, interp=1)"
-        for h, w in [(5, 6), (9, 9), (5, 6), (4, 5)]
+        for h, w in [(4, 5), (5, 8), (6, 7), (9, 8)]
     ]
     set_seed(0)
     assert _seq(imgaug.RandomResize((3, 9), aspect_ratio_thres=0)) == [
         f"imgaug.ResizeTransform(h=4, w=5, new_h={h}, new_w={w}, interp=1)"
-        for h, w in [(4, 5), (6, 7), (5, 6), (4, 5)]
+        for h, w in [(4, 5), (3, 4), (2, 3), (6, 8)]
     ]
 
 
@@ -103,5 +103,5 @@ def test_transpose():
     np.testing.assert_array_equal(imgaug.Transpose(prob=1.0).augment(IMG), IMG.T)
     set_seed(0)
     tr, noop = "imgaug.TransposeTransform()", "imgaug.NoOpTransform()"
-    assert _seq(imgaug.Transpose()) == [tr, noop, tr, tr]
+    assert _seq(imgaug.Transpose()) == [noop, tr, noop, noop]
     assert imgaug.Transpose(1.0).augment(np.zeros((2, 3, 4))).shape == (3, 2, 4)

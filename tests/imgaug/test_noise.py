@@ -19,10 +19,10 @@ def _params(aug, n=3, img=RGB):
 
 def test_jpeg_noise_golden_exact_and_gray_keeps_shape():
     set_seed(0)
-    assert _params(imgaug.JpegNoise()) == [90, 67, 66]
+    assert _params(imgaug.JpegNoise()) == [92, 61, 52]
     set_seed(0)
     out = imgaug.JpegNoise().augment(RGB)
-    _, buf = cv2.imencode(".jpg", RGB, [cv2.IMWRITE_JPEG_QUALITY, 90])
+    _, buf = cv2.imencode(".jpg", RGB, [cv2.IMWRITE_JPEG_QUALITY, 92])
     np.testing.assert_array_equal(out, cv2.imdecode(buf, cv2.IMREAD_COLOR))
     gray = RGB[:, :, 0].copy()
     assert imgaug.JpegNoise().augment(gray).shape == (8, 8)
@@ -35,11 +35,11 @@ def test_jpeg_noise_golden_exact_and_gray_keeps_shape():
 
 def test_gaussian_noise_exact():
     set_seed(0)
-    assert _params(imgaug.GaussianNoise(3)) == [1717164146, 583068604, 98226331]
+    assert _params(imgaug.GaussianNoise(3)) == [1584708122, 1948562517, 85157104]
     set_seed(0)
     f = RGB.astype(np.float32)
     out = imgaug.GaussianNoise(3, clip=False).augment(f)
-    noise = np.random.default_rng(1717164146).standard_normal(f.shape, dtype=np.float32) * 3
+    noise = np.random.default_rng(1584708122).standard_normal(f.shape, dtype=np.float32) * 3
     np.testing.assert_array_equal(out, f + noise)
     set_seed(0)
     out = imgaug.GaussianNoise(3).augment(RGB)
@@ -53,7 +53,7 @@ def test_salt_pepper_exact_and_not_in_place():
     before = RGB.copy()
     out = imgaug.SaltPepperNoise(0.2, 0.2).augment(RGB)
     np.testing.assert_array_equal(RGB, before)
-    r = np.random.default_rng(1717164146).random(RGB.shape, dtype=np.float32)
+    r = np.random.default_rng(1818958540).random(RGB.shape, dtype=np.float32)
     expected = RGB.copy()
     expected[r > 0.8] = 255
     expected[r < 0.2] = 0

@@ -179,3 +179,31 @@ def unpicklable_result(dp: list) -> list:
 
 def double_unless_3(dp: list) -> list | None:
     return None if dp[0] % 3 == 0 else [dp[0] * 2]
+
+
+class RandomAugment:
+    """A map function that draws from every kind of random source: augmentors, ``np.random``,
+    ``random``; it sleeps a little, unevenly, so that results finish out of order."""
+
+    def __init__(self) -> None:
+        from dataflow import imgaug
+
+        self.augs = imgaug.AugmentorList([
+            imgaug.RandomCrop((6, 6)), imgaug.Flip(horiz=True), imgaug.Brightness(40),
+            imgaug.Brightness(40),  # a second one of the same class draws differently
+        ])
+
+    def __call__(self, dp: list) -> list:
+        i = dp[0]
+        time.sleep((i * 7919 % 5) * 0.0005)
+        img = np.arange(100, dtype=np.uint8).reshape(10, 10) + np.uint8(i)
+        out = self.augs.augment(img)
+        return [i, int(out.astype(np.int64).sum()), int(np.random.randint(1 << 30)),
+                random.getrandbits(30)]
+
+
+def tag_worker(x: Any) -> list:
+    """``[worker id, x]``: which runner worker produced a datapoint (after 2 ms, so that every
+    worker takes part)."""
+    time.sleep(0.002)
+    return [_rng.get_worker_info(), x]

@@ -99,9 +99,10 @@ def test_unpicklable_datapoint_is_reported():
         def __iter__(self):
             yield [lambda: 0]
 
-    with MultiProcessRunnerZMQ(Lambdas(1), 1) as r, pytest.raises(WorkerError) as ei:
+    with MultiProcessRunnerZMQ(Lambdas(1), 1) as r:
         r.reset_state()
-        list(r)
+        with pytest.raises(WorkerError) as ei:
+            list(r)
     assert "pickle" in ei.value.exc_message.lower() or "pickle" in ei.value.exc_type.lower()
 
 

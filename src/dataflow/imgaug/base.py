@@ -60,7 +60,8 @@ def _log_deprecated(what: str, instead: str) -> None:
 
 
 def _with_seed(init: Any) -> Any:
-    """``init`` that also takes the keyword ``seed=`` (the augmentor's own base seed)."""
+    """``init`` that also takes the keyword ``seed=`` (the augmentor's own base seed), and then
+    places the augmentors inside the new one (see :meth:`ImageAugmentor._place`)."""
 
     @functools.wraps(init)
     def __init__(  # noqa: N807 (it becomes the class's __init__)
@@ -69,6 +70,7 @@ def _with_seed(init: Any) -> Any:
         init(self, *args, **kwargs)
         if seed is not None:
             self.seed = _rng.check_seed(seed)
+        self._place()  # the augmentors inside (a list's) get their positions now
 
     __init__._takes_seed = True  # type: ignore[attr-defined]
     return __init__
@@ -135,19 +137,25 @@ class ImageAugmentor:
         self.__dict__["_rng"] = value
         self.__dict__["_rng_worker"] = _rng.get_worker_info()
 
+    def _place(self) -> list[ImageAugmentor]:
+        """Give the augmentors inside this one paths below this one's (and its base seed);
+        returns them, this one first."""
+        base, seed = self._path(), self._base_seed()
+        tree = augmentor_tree(self)
+        for k, aug in enumerate(tree[1:], 1):
+            aug.__dict__["_rng_path"] = (*base, k)
+            aug.__dict__["_inherited_seed"] = seed
+        return tree
+
     def reset_state(self) -> None:
         """Re-derive the random streams of this augmentor and of the augmentors inside it,
         which get paths below this one's."""
-        base = self._path()
-        for k, aug in enumerate(augmentor_tree(self)):
+        worker = _rng.get_worker_info()
+        for aug in self._place():
             d = aug.__dict__
-            if k:
-                d["_rng_path"] = (*base, k)
-            if k:
-                d["_inherited_seed"] = self._base_seed()
             d["_pinned"] = False
             d["_rng"] = aug._derive()
-            d["_rng_worker"] = _rng.get_worker_info()
+            d["_rng_worker"] = worker
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
