@@ -139,3 +139,66 @@ def test_a_starved_parallel_stage_gets_advice_for_its_kind(make, words):
     assert report.bottleneck_stage.name == type(mapper).__name__
     assert report.suggestion.startswith(f"{type(mapper).__name__}'s queue is nearly empty: ")
     assert words in report.suggestion
+
+
+def test_profile_closes_what_it_started():
+    import psutil
+
+    mapper = df.MultiProcessMapDataZMQ(df.DataFromList([[i] for i in range(50)], shuffle=False),
+                                       2, _slow_map_func, buffer_size=8)
+    report = profile(df.BatchData(mapper, 4), num=3, warmup=1)
+    assert report.items == 3
+    assert mapper._pool is None  # closed: its workers are gone now, not at garbage collection
+    assert [c for c in psutil.Process().children() if c.status() != "zombie"] == []
+    kept = df.MultiThreadMapData(df.DataFromList([[i] for i in range(50)]), 2, lambda dp: dp)
+    kept.reset_state()
+    profile(kept, num=3, warmup=0, reset=False)  # reset by the caller: left running
+    assert kept._transport is not None
+    kept.close()
+
+
+def test_an_lmdb_source_is_named_publicly_and_never_told_to_become_lmdb(tmp_path):
+    path = str(tmp_path / "t.lmdb")
+    df.LMDBSerializer.save(df.DataFromList([[i, np.zeros(2000)] for i in range(300)],
+                                           shuffle=False), path, progress=False)
+    ds = df.LMDBSerializer.load(path, shuffle=False)
+    report = profile(ds, num=200, warmup=0)
+    assert [s.name for s in report.stages] == ["LMDBData"]
+    assert report.bottleneck_stage.name == "LMDBData"
+    assert report.suggestion.startswith("the reader LMDBData is the bottleneck: read it "
+                                        "sequentially")
+    assert "LMDBSerializer.save" not in report.suggestion
+
+
+def test_no_bottleneck_when_the_consumer_is_slower_than_every_stage():
+    report = profile(df.BatchData(df.DataFromList([[i] for i in range(100)], shuffle=False), 4),
+                     num=5, warmup=0, consume=lambda dp: time.sleep(0.01))
+    assert report.bottleneck is None and report.bottleneck_stage is None
+    assert report.suggestion.endswith("the consumer takes the rest, so it is the one to make "
+                                      "faster.")
+    assert "no bottleneck: the pipeline spends " in report.format()
+    assert json.loads(report.to_json())["bottleneck"]["stage"] is None
+
+
+@pytest.mark.parametrize("kind", ["process-map", "thread-map", "runner"])
+def test_the_trace_shows_when_each_worker_was_busy(kind, tmp_path):
+    src = df.DataFromList([[i, float(i)] for i in range(400)], shuffle=False)
+    flow = {"process-map": lambda: df.MultiProcessMapDataZMQ(src, 2, _slow_map_func,
+                                                              buffer_size=8),
+            "thread-map": lambda: df.MultiThreadMapData(src, 2, _slow_map_func, buffer_size=8),
+            "runner": lambda: df.MultiProcessRunnerZMQ(df.MapData(src, _slow_map_func), 2)}[kind]()
+    assert type(flow).profile_hint == kind
+    report = profile(flow, num=300, warmup=4, trace=True)
+    stage = report.stages[0]
+    assert stage.workers == 2
+    assert 0.3 < stage.workers_busy <= 1.0  # each item sleeps 2 ms; the workers are the limit
+    assert "2 " in report.format().splitlines()[5] and "% busy" in report.format()
+    path = tmp_path / "trace.json"
+    report.write_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    rows = {e["tid"]: e["args"]["name"] for e in events
+            if e["name"] == "thread_name" and e["pid"] == 1}
+    assert rows == {1000: f"0: {stage.name} worker 0", 1001: f"0: {stage.name} worker 1"}
+    busy = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
+    assert {e["tid"] for e in busy} == {1000, 1001}
+    assert all(e["dur"] >= 0 for e in busy)

@@ -151,6 +151,12 @@ def instrument(flow: DataFlow, probe: Callable[[DataFlow, Iterator[Any]], Iterat
 class DataFlow(metaclass=DataFlowMeta):
     """Base class of every dataflow. See the module docstring for the contract."""
 
+    #: what kind of stage this is, for :func:`dataflow.profile`'s advice: ``"map"``,
+    #: ``"batch"``, ``"buffer"`` (shuffles or caches), ``"reader"`` (reads a file),
+    #: ``"thread-map"`` / ``"process-map"`` / ``"ray-map"`` (parallel mappers), ``"runner"``,
+    #: ``"remote"``; ``None``: any other (a stage without children is a source).
+    profile_hint: str | None = None
+
     @abstractmethod
     def __iter__(self) -> Iterator[Any]:
         """Yield the datapoints of one epoch."""

@@ -258,6 +258,8 @@ class ReaderState(EpochCounter):
     delivered part: the readers seek (cursor key, byte offset, index arithmetic).
     """
 
+    profile_hint = "reader"
+
     _shuffle: bool = False
 
     def _begin_epoch(self) -> tuple[object, int, int]:

@@ -131,6 +131,8 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
     and the mapper's seed (``seed=``, else the global seed) and path (see :mod:`dataflow.rng`).
     """
 
+    profile_hint = "process-map"
+
     _worker_arg = "num_workers"
     _counts_results = True  # each result of the scheduler is one datapoint of this flow
     _live: int | None = None  # _pos - scheduler.yielded() during an epoch
@@ -189,6 +191,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         self._start_or_clean()
         self._sched = self._make_scheduler()
         self._checkpoints.first_undelivered = self._sched.first_undelivered
+        self.trace_workers(self._recorder)
         if not self.strict:
             self._start_stream()
         self._started = True
@@ -211,6 +214,16 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
 
     def __len__(self) -> int:
         return len(self.ds)
+
+    def trace_workers(self, recorder: Callable[[int, float, float, float], None] | None) -> None:
+        """Call ``recorder(worker, start, end, 0.0)`` for every chunk a worker mapped, while
+        iterating; used by :func:`dataflow.profile`. (A worker waits between its chunks.)"""
+        self._recorder = recorder
+        if self._sched is not None:
+            self._sched.on_span = None if recorder is None else (
+                lambda w, start, end: recorder(w, start, end, 0.0))
+
+    _recorder: Callable[[int, float, float, float], None] | None = None
 
     def queue_stats(self) -> dict[str, int] | None:
         """Results finished but not yet yielded (``size``) out of ``buffer_size``

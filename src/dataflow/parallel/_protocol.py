@@ -7,7 +7,11 @@ Messages are tuples ``(kind, worker_id, payload)``:
   consumer as :class:`~dataflow.errors.WorkerError` chained from the original exception;
 * ``READY``: a map worker announces it can take work (nothing is sent to it before that);
 * ``END``: a runner's copy of the flow yielded an empty epoch: that worker has nothing more;
-* ``STATE``: a runner worker's ``(count, state of its copy after count datapoints)``.
+* ``STATE``: a runner worker's ``(count, state of its copy after count datapoints)``;
+* ``STATS``: a runner worker's ``(start, end, waited)``: between two ``time.perf_counter()``
+  readings it waited ``waited`` seconds for the consumer and was busy the rest (for the
+  profiler's trace; a map worker's ``DATA`` carries ``(start, end)`` of its chunk as a fourth
+  element instead).
 
 Map requests are chunks, lists of ``(index, key, datapoint)``: ``index`` is a global, increasing
 counter so that results can be matched, ordered and told apart from stale ones; ``key`` is the
@@ -34,6 +38,7 @@ __all__ = [
     "POLL_INTERVAL",
     "READY",
     "STATE",
+    "STATS",
     "ErrorInfo",
     "MapTransport",
     "RunnerTransport",
@@ -41,7 +46,7 @@ __all__ = [
     "raise_worker_error",
 ]
 
-DATA, ERROR, READY, END, STATE = 0, 1, 2, 3, 4
+DATA, ERROR, READY, END, STATE, STATS = 0, 1, 2, 3, 4, 5
 #: seconds between liveness checks while the consumer waits
 POLL_INTERVAL = 0.2
 

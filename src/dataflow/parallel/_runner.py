@@ -17,6 +17,7 @@ from dataflow.parallel._protocol import (
     ERROR,
     POLL_INTERVAL,
     STATE,
+    STATS,
     RunnerTransport,
     raise_worker_error,
 )
@@ -34,6 +35,8 @@ class RunnerBase(EpochCounter, Lifecycle, ProxyDataFlow):
     Each ``__iter__`` yields ``len(ds)`` datapoints when that length is known and positive,
     else runs until every worker's copy yields an empty epoch (for an endless flow: forever).
     """
+
+    profile_hint = "runner"
 
     _num_workers: int
     _count: list[int] | None = None  # [_pos] while an epoch is live
@@ -72,6 +75,17 @@ class RunnerBase(EpochCounter, Lifecycle, ProxyDataFlow):
         a copy made from the untouched ``ds``, which a restore can make again)."""
         return None
 
+    _recorder: Callable[[int, float, float, float], None] | None = None
+
+    def trace_workers(self, recorder: Callable[[int, float, float, float], None] | None) -> None:
+        """Call ``recorder(worker, start, end, waited)`` with the workers' time (busy, and
+        waiting for the consumer) while iterating; used by :func:`dataflow.profile`."""
+        self._recorder = recorder
+
+    def _on_stats(self, wid: int, payload: tuple[float, float, float]) -> None:
+        if self._recorder is not None:
+            self._recorder(wid, *payload)
+
     def _on_state(self, wid: int, payload: tuple[int, Any]) -> None:
         count, state = payload
         self._ckpts[wid] = (count, state, 0)
@@ -94,7 +108,7 @@ class RunnerBase(EpochCounter, Lifecycle, ProxyDataFlow):
                 assert self._transport is not None
                 yield from runner_stream(
                     self._transport.receive, self._num_workers, size, self._finished, count,
-                    self._delivered, self._on_state,
+                    self._delivered, self._on_state, self._on_stats,
                 )
             except WorkerError:
                 self._shutdown()
@@ -160,12 +174,14 @@ def runner_stream(
     count: list[int] | None = None,
     delivered: list[int] | None = None,
     on_state: Callable[[int, Any], None] | None = None,
+    on_stats: Callable[[int, Any], None] | None = None,
 ) -> Iterator[Any]:
     """One ``__iter__`` of a runner: ``size`` datapoints (or forever when ``size`` is None).
 
     Stops early once every worker ended (``finished``, updated in place, persists).
     ``count[0]`` (if given) counts the datapoints yielded, ``delivered[w]`` those of worker
-    ``w``, before each is yielded; ``STATE`` messages go to ``on_state(w, payload)``.
+    ``w``, before each is yielded; ``STATE`` messages go to ``on_state(w, payload)``, ``STATS``
+    messages to ``on_stats(w, payload)``.
     """
     if count is None:
         count = [0]
@@ -189,3 +205,5 @@ def runner_stream(
             finished.add(wid)
         elif kind == STATE and on_state is not None:
             on_state(wid, payload)
+        elif kind == STATS and on_stats is not None:
+            on_stats(wid, payload)

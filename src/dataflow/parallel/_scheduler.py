@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from dataflow.errors import NoneResultError, StateMismatchError, WorkerError
@@ -58,6 +58,8 @@ class MapScheduler:
     ) -> None:
         self.transport = transport
         self.strict, self.stage = strict, stage
+        #: called with ``(worker, start, end)`` of each chunk a worker mapped (the profiler)
+        self.on_span: Callable[[int, float, float], None] | None = None
         self.buffer_size = buffer_size
         self.ordered = ordered
         self.chunk_size = max(1, chunk_size)
@@ -144,8 +146,10 @@ class MapScheduler:
             self.transport.submit(chunk)
 
     def _handle(self, msg: tuple) -> None:
-        kind, _wid, payload = msg
+        kind, payload = msg[0], msg[2]
         if kind == DATA:
+            if self.on_span is not None and len(msg) > 3:
+                self.on_span(msg[1], *msg[3])
             for item in payload:
                 idx, out = item
                 if self._outstanding.pop(idx, None) is None:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from dataflow import rng as _rng
-from dataflow.parallel._protocol import DATA, END, ERROR, STATE, ErrorInfo, WorkerStopped
+from dataflow.parallel._protocol import DATA, END, ERROR, STATE, STATS, ErrorInfo, WorkerStopped
 from dataflow.state import Pacer
 
 __all__ = ["map_loop", "queue_emitter", "runner_loop", "seed_globals"]
@@ -51,6 +51,7 @@ def map_loop(
             if chunk is None:
                 return
             results = []
+            start = time.perf_counter()
             _rng.set_input_scope(scope)
             try:
                 for index, key, dp in chunk:
@@ -67,7 +68,7 @@ def map_loop(
             if finish_chunk is not None:
                 results = finish_chunk(results)
             try:
-                emit((DATA, worker_id, results))
+                emit((DATA, worker_id, results, (start, time.perf_counter())))
             except WorkerStopped:
                 raise
             except Exception as e:  # e.g. a result that cannot be pickled
@@ -115,6 +116,8 @@ def runner_loop(
             saver.send(0)
         step = _StateSaver.EVERY if saver is not None else 1 << 62
         count = 0  # datapoints sent
+        timed = _TimedEmit(emit, worker_id)
+        emit = timed
         while True:
             itr = iter(ds)
             n = 0
@@ -128,6 +131,7 @@ def runner_loop(
                     emit((DATA, worker_id, dp))
                 n += k
                 count += k
+                timed.report()
                 if saver is not None and count >= saver.next_at:
                     saver.maybe_send(count)
             if n == 0 and not first_may_be_empty:
@@ -141,6 +145,29 @@ def runner_loop(
             emit((ERROR, worker_id, ErrorInfo.capture(e, worker_id, stage=stage)))
         except WorkerStopped:
             return
+
+
+class _TimedEmit:
+    """``emit`` that counts the time spent waiting in it, and sends ``STATS`` messages (busy
+    and waiting time, at most every 0.1 s) for the profiler."""
+
+    INTERVAL = 0.1
+
+    def __init__(self, emit: Callable[[tuple], None], worker_id: int) -> None:
+        self.emit, self.worker_id = emit, worker_id
+        self.waited = 0.0
+        self.since = time.perf_counter()
+
+    def __call__(self, msg: tuple) -> None:
+        start = time.perf_counter()
+        self.emit(msg)
+        self.waited += time.perf_counter() - start
+
+    def report(self) -> None:
+        now = time.perf_counter()
+        if now - self.since >= self.INTERVAL:
+            self.emit((STATS, self.worker_id, (self.since, now, self.waited)))
+            self.since, self.waited = now, 0.0
 
 
 class _StateSaver:

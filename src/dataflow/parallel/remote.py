@@ -221,6 +221,8 @@ class RemoteDataZMQ(DataFlow):
     Not resumable beyond its counters: ``state_dict()`` saves ``cnt1``/``cnt2`` only.
     """
 
+    profile_hint = "remote"
+
     def __init__(
         self,
         addr1: str,

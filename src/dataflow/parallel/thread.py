@@ -247,6 +247,8 @@ class MultiThreadMapData(MapperBase):
     :meth:`MapperBase.state_dict <dataflow.parallel._mapper.MapperBase.state_dict>`.
     """
 
+    profile_hint = "thread-map"
+
     _worker_arg = "num_thread"
 
     @renamed_kwargs(nr_thread="num_thread")

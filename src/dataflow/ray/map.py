@@ -178,6 +178,8 @@ class RayMapData(MapperBase):
         max_retries: how many times a chunk whose actor was lost is sent again.
     """
 
+    profile_hint = "ray-map"
+
     _worker_arg = "num_workers"
 
     def __init__(

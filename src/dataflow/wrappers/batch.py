@@ -120,6 +120,8 @@ class BatchData(ProxyDataFlow):
     ``len(ds) // batch_size`` (plus one with a remainder).
     """
 
+    profile_hint = "batch"
+
     def __init__(
         self, ds: DataFlow, batch_size: int, remainder: bool = False, use_list: bool = False
     ) -> None:

@@ -20,6 +20,8 @@ class CacheData(EpochCounter, ProxyDataFlow, RNGDataFlow):
     again. Non-reentrant.
     """
 
+    profile_hint = "buffer"
+
     def __init__(self, ds: DataFlow, shuffle: bool = False, *, seed: int | None = None) -> None:
         ProxyDataFlow.__init__(self, ds)
         self.shuffle = shuffle

@@ -24,6 +24,8 @@ class MapData(ProxyDataFlow):
     ``len`` is ``len(ds)``, accurate only if ``func`` never returns ``None``.
     """
 
+    profile_hint = "map"
+
     def __init__(self, ds: DataFlow, func: Callable[[Any], Any]) -> None:
         super().__init__(ds)
         _check_callable(func, "func")
@@ -71,6 +73,8 @@ class MapDataComponent(MapData):
 
 class FilterData(ProxyDataFlow):
     """Keeps the datapoints for which ``predicate(dp)`` is true. The length is unknown."""
+
+    profile_hint = "map"
 
     def __init__(self, ds: DataFlow, predicate: Callable[[Any], bool]) -> None:
         super().__init__(ds)

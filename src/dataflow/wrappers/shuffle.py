@@ -37,6 +37,8 @@ class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
     forever otherwise. Non-reentrant.
     """
 
+    profile_hint = "buffer"
+
     def __init__(
         self,
         ds: DataFlow,
