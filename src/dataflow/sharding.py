@@ -26,33 +26,36 @@ Over other stages the skipped datapoints cost what producing them costs (list in
 ``DataFromList``; a record read and decode for the other serialized formats, so for large records
 prefer storing keys or file names and decoding after the shard).
 
-The protocol, for sources that can skip cheaply: before each ``iter(ds)`` ``ShardData`` sets
-``ds._skip_once = (rank, world_size)`` if ``ds`` has a ``_take_skip`` method; that iteration
-yields ``SKIPPED`` at the positions ``p`` (0-based, in the epoch) with
+The protocol, for sources that can skip cheaply (:class:`ShardableSource`): a source with a
+method ``iter_shard(rank, world_size)`` is iterated through it instead of ``iter(ds)``; that
+epoch yields ``SKIPPED`` at the positions ``p`` (0-based, in the epoch) with
 ``p % world_size != rank``, counting them in its state like any datapoint.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from dataflow.base import DataFlow, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
 from dataflow.state import EpochCounter, check_state, finished
+from dataflow.validation import check_int
 
-__all__ = ["SKIPPED", "ShardData", "shard"]
+__all__ = ["SKIPPED", "ShardData", "ShardableSource", "shard"]
 
 #: what a source yields for a position that the :class:`ShardData` right over it discards
 SKIPPED = type("Skipped", (), {"__repr__": lambda self: "SKIPPED", "__slots__": ()})()
 
 
-def _check_int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not hasattr(value, "__index__"):
-        raise TypeError(
-            f"`{name}` must be an int, got {value!r} (type {type(value).__name__})."
-        )
-    return int(value.__index__())
+@runtime_checkable
+class ShardableSource(Protocol):
+    """A source that can skip the datapoints of other ranks without producing them."""
+
+    def iter_shard(self, rank: int, world_size: int) -> Iterator[Any]:
+        """One epoch, like ``iter(self)``, with :data:`SKIPPED` at the positions ``p`` with
+        ``p % world_size != rank``."""
+        ...
 
 
 class ShardData(EpochCounter, ProxyDataFlow):
@@ -68,8 +71,8 @@ class ShardData(EpochCounter, ProxyDataFlow):
         self, ds: DataFlow, rank: int, world_size: int, drop_remainder: bool = True
     ) -> None:
         super().__init__(ds)
-        world_size = _check_int(world_size, "world_size")
-        rank = _check_int(rank, "rank")
+        world_size = check_int(world_size, "world_size")
+        rank = check_int(rank, "rank")
         if world_size < 1:
             raise ValueError(
                 f"`world_size` must be >= 1, got {world_size}; pass the number of ranks "
@@ -107,10 +110,12 @@ class ShardData(EpochCounter, ProxyDataFlow):
         token, _ = self._begin()
         self._phase = self._resume_phase if restored else 0
         self._resume_phase = 0
-        if self.world_size > 1 and hasattr(self.ds, "_take_skip"):
-            self.ds._skip_once = (self.rank, self.world_size)  # see the module docstring
-        # iter(ds) now: the child's epoch begins with this iterator
-        return self._run(token, iter(self.ds))
+        # the child's epoch begins now, with this iterator
+        if self.world_size > 1 and isinstance(self.ds, ShardableSource):
+            itr = self.ds.iter_shard(self.rank, self.world_size)
+        else:
+            itr = iter(self.ds)
+        return self._run(token, itr)
 
     def _run(self, token: object, itr: Iterator[Any]) -> Iterator[Any]:
         rank, size = self.rank, self.world_size

@@ -147,7 +147,7 @@ class _CountingLoad(df.LMDBData):
         super().__init__(*args, **kwargs)
         self.decoded = 0
 
-    def __iter__(self):
+    def _decoder(self):
         from dataflow.serialize.codec import get_loads
 
         loads = get_loads(self._codec)
@@ -156,7 +156,7 @@ class _CountingLoad(df.LMDBData):
             self.decoded += 1
             return loads(v)
 
-        return self._iter(decode)
+        return decode
 
 
 @pytest.mark.parametrize("shuffle", [False, True])

@@ -286,12 +286,16 @@ class LMDBData(ReaderState, RNGDataFlow):
             return (k for k in cur.iternext(keys=True, values=False) if k != KEYS_KEY)
         return ((k, v) for k, v in cur if k != KEYS_KEY)
 
-    def _take_skip(self) -> tuple[int, int] | None:
-        """``(rank, world_size)`` set by a :class:`~dataflow.sharding.ShardData` right over this
-        flow for the iteration it starts (then cleared): positions ``p`` with
-        ``p % world_size != rank`` are yielded as :data:`SKIPPED`, without reading the record."""
-        skip, self._skip_once = self.__dict__.get("_skip_once"), None
-        return skip
+    def iter_shard(self, rank: int, world_size: int) -> Iterator[Any]:
+        """One epoch, like ``iter(self)``, but the positions ``p`` with ``p % world_size !=
+        rank`` are yielded as :data:`~dataflow.sharding.SKIPPED`, without reading their
+        records (the protocol :class:`~dataflow.sharding.ShardableSource`, which
+        :class:`~dataflow.sharding.ShardData` uses)."""
+        return self._iter(self._decoder(), (rank, world_size))
+
+    def _decoder(self) -> Callable[[bytes], Any] | None:
+        """How a value is decoded (``None``: datapoints are ``[key, value]``)."""
+        return None
 
     def _skipping(self, keys: Iterator[Any], start: int, skip: tuple[int, int],
                   read: Callable[[Any], Any]) -> Iterator[Any]:
@@ -310,10 +314,11 @@ class LMDBData(ReaderState, RNGDataFlow):
             return self._skipping(keys, start, skip, lambda k: [k, cur.value()])
         return self._skipping(keys, start, skip, lambda k: decode(cur.value()))
 
-    def _iter(self, decode: Callable[[bytes], Any] | None) -> Iterator[Any]:
+    def _iter(self, decode: Callable[[bytes], Any] | None,
+              skip: tuple[int, int] | None = None) -> Iterator[Any]:
         token, epoch, start = self._begin_epoch()
         self._cursor = None
-        return self._run(decode, token, epoch, start, self._take_skip())
+        return self._run(decode, token, epoch, start, skip)
 
     def _run(
         self, decode: Callable[[bytes], Any] | None, token: object, epoch: int, start: int,
@@ -418,8 +423,8 @@ class LMDBData(ReaderState, RNGDataFlow):
             "or was not written by LMDBSerializer."
         )
 
-    def __iter__(self) -> Iterator[list[bytes]]:
-        return self._iter(None)
+    def __iter__(self) -> Iterator[Any]:
+        return self._iter(self._decoder())
 
 
 class LMDBDataDecoder(ProxyDataFlow):
@@ -452,5 +457,5 @@ class _LoadedLMDBData(LMDBData):
 
     _WHAT = "LMDBSerializer.load"
 
-    def __iter__(self) -> Iterator[Any]:
-        return self._iter(get_loads(self._codec))
+    def _decoder(self) -> Callable[[bytes], Any] | None:
+        return get_loads(self._codec)
