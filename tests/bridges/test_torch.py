@@ -184,8 +184,20 @@ def test_two_workers_persistent_batches():
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_errors_surface_in_the_loop(num_workers, monkeypatch):
-    # after a worker error, PyTorch's shutdown waits this long per worker before terminating it
+    # after an iterable dataset raised in a worker, PyTorch's shutdown never reaches the workers
+    # (with any dataset): it waits this long per worker, then terminates them
     monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.5)
+    # a terminated worker cannot remove the pymp-* directory multiprocessing made to pass the
+    # tensors' file descriptors; with file_system sharing no descriptor is passed
+    strategy = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    try:
+        _check_errors_surface_in_the_loop(num_workers)
+    finally:
+        torch.multiprocessing.set_sharing_strategy(strategy)
+
+
+def _check_errors_surface_in_the_loop(num_workers):
     loader = DataLoader(to_torch(MapData(_ints(10), _fail_at_5)), batch_size=None,
                         num_workers=num_workers)
     got = []
