@@ -16,11 +16,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 # Every temporary file of the session goes into one directory of its own: pytest's tmp_path,
-# multiprocessing's pymp-* directories, Ray's session directories (Ray keeps them after
-# shutdown), TensorFlow's autograph files; in this process (tempfile.tempdir) and in
-# subprocesses (TMPDIR). A concurrent session on the same machine has its own. It is removed
-# when this process exits: atexit runs the handler registered first last, so this one runs
-# after multiprocessing's and TensorFlow's, which remove their own files (their modules are
+# multiprocessing's pymp-* directories, Ray's session directories (on Linux Ray follows TMPDIR;
+# it keeps them after shutdown), TensorFlow's autograph files; in this process (tempfile.tempdir)
+# and in subprocesses (TMPDIR). A concurrent session on the same machine has its own. It is
+# removed when this process exits: atexit runs the handler registered first last, so this one
+# runs after multiprocessing's and TensorFlow's, which remove their own files (their modules are
 # imported below this point). _no_stray_temp_files checks it at the end of the session.
 _SESSION_PID = os.getpid()
 SESSION_TMP = tempfile.mkdtemp(prefix="dataflow-tests-")
