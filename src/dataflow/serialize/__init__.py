@@ -4,7 +4,7 @@
 * :class:`TFRecordSerializer` / :class:`TFRecordData`
 * :class:`NumpySerializer`
 * :class:`HDF5Serializer` / :class:`HDF5Data`
-* :class:`SVMLightData` (needs scikit-learn)
+* :class:`SVMLightData`
 * :func:`dumps` / :func:`loads`: the datapoint codec (pickle protocol 5, or msgpack)
 
 On-disk layouts are tensorpack's, so files are exchangeable in both directions. Saves are
