@@ -8,8 +8,10 @@
 * :func:`dumps` / :func:`loads`: the datapoint codec (pickle protocol 5, or msgpack)
 
 On-disk layouts are tensorpack's, so files are exchangeable in both directions. Saves are
-atomic (a temporary file renamed on success) and refuse an existing target unless
-``overwrite=True``. lmdb, h5py and tensorflow are imported only when used.
+atomic (a temporary file renamed on success, so a failed save leaves an existing file as it
+was). As in tensorpack, the NumPy, HDF5 and TFRecord saves replace an existing file
+(``overwrite=False`` refuses it) and the LMDB save refuses one (``overwrite=True`` replaces
+it). lmdb, h5py and tensorflow are imported only when used.
 """
 
 from dataflow.serialize._atomic import CorruptFileError

@@ -28,12 +28,11 @@ from typing import Any
 
 from dataflow.serialize._atomic import (
     ProgressMeter,
-    atomic_target,
-    check_overwrite,
     import_optional,
     reset_and_len,
     serialize_error,
 )
+from dataflow.serialize._atomic_write import atomic_output, check_output
 from dataflow.serialize.codec import get_dumps
 from dataflow.serialize.lmdb_data import KEYS_KEY, LMDBData, _lmdb_loader
 
@@ -161,13 +160,12 @@ class LMDBSerializer:
         elif not isinstance(map_size, int) or map_size < 4096:
             raise ValueError(f"`map_size` must be an int >= 4096 bytes, got {map_size!r}")
         dumps = get_dumps(codec)
-        target = _target_file(path)
-        check_overwrite(target, overwrite, "LMDBSerializer.save")
+        target = check_output(_target_file(path), "LMDBSerializer.save", overwrite)
         lmdb = import_optional("lmdb", "LMDBSerializer")
         size = reset_and_len(df, "LMDBSerializer.save")
         meter = ProgressMeter(f"LMDB {os.path.basename(path)}", size, progress)
         try:
-            with atomic_target(target) as tmp:
+            with atomic_output(target, "LMDBSerializer.save", overwrite) as tmp:
                 writer = _LMDBWriter(tmp, map_size)
                 try:
                     n = _write_all(df, writer, dumps, write_frequency, meter)
@@ -184,8 +182,6 @@ class LMDBSerializer:
                 except BaseException:
                     writer.abort()
                     raise
-                if os.path.lexists(target) and not overwrite:  # appeared while we wrote
-                    check_overwrite(target, overwrite, "LMDBSerializer.save")
         finally:
             meter.close()
 
