@@ -28,9 +28,9 @@ def test_preview_grid_and_points(tmp_path):
 def test_preview_validates(tmp_path):
     with pytest.raises(ValueError, match="`n` must be >= 1"):
         imgaug.preview(np.zeros((4, 4), np.uint8), [imgaug.Identity()], n=0, path=None)
-    with pytest.raises(TypeError, match="float dtype"):
+    with pytest.raises(TypeError, match="float or integer dtype, got complex128"):
         imgaug.preview(np.zeros((4, 4), np.uint8), [imgaug.Identity()],
-                       coords=np.zeros((1, 2), np.int64), path=None)
+                       coords=np.zeros((1, 2), np.complex128), path=None)
     grid = imgaug.preview(np.zeros((4, 4), np.float32), imgaug.Identity(), n=1, path=None,
                           include_original=False)
     assert grid.shape == (12, 12, 3)
