@@ -1,6 +1,7 @@
 """Serializers (save a DataFlow to a file, load it back) and format readers.
 
 * :class:`LMDBSerializer` / :class:`LMDBData` / :class:`LMDBDataDecoder` / :func:`CaffeLMDB`
+  (and :func:`LMDBDataPoint`, tensorpack's older name of ``LMDBSerializer.load``)
 * :class:`TFRecordSerializer` / :class:`TFRecordData`
 * :class:`NumpySerializer`
 * :class:`HDF5Serializer` / :class:`HDF5Data`
@@ -19,7 +20,7 @@ from dataflow.serialize.caffe_format import CaffeLMDB
 from dataflow.serialize.codec import dumps, loads
 from dataflow.serialize.hdf5_format import HDF5Data, HDF5Serializer
 from dataflow.serialize.lmdb_data import LMDBData, LMDBDataDecoder
-from dataflow.serialize.lmdb_format import LMDBSerializer
+from dataflow.serialize.lmdb_format import LMDBDataPoint, LMDBSerializer
 from dataflow.serialize.npz_format import NumpySerializer
 from dataflow.serialize.svmlight_format import SVMLightData
 from dataflow.serialize.tfrecord_format import TFRecordData, TFRecordSerializer
@@ -31,6 +32,7 @@ __all__ = [
     "HDF5Serializer",
     "LMDBData",
     "LMDBDataDecoder",
+    "LMDBDataPoint",
     "LMDBSerializer",
     "NumpySerializer",
     "SVMLightData",

@@ -36,7 +36,7 @@ from dataflow.serialize._atomic_write import atomic_output, check_output
 from dataflow.serialize.codec import get_dumps
 from dataflow.serialize.lmdb_data import KEYS_KEY, LMDBData, _lmdb_loader
 
-__all__ = ["LMDBSerializer"]
+__all__ = ["LMDBDataPoint", "LMDBSerializer"]
 
 _DEFAULT_MAP_SIZE = 1 << 40 if sys.platform.startswith("linux") and sys.maxsize > 2**32 else 1 << 27
 _MAX_TXN_BYTES = 64 << 20
@@ -225,3 +225,12 @@ def _write_all(df: Any, writer: _LMDBWriter, dumps: Any, write_frequency: int, m
         total_bytes += nbytes
     meter.update(idx - shown, total_bytes - shown_bytes)
     return idx
+
+
+def LMDBDataPoint(
+    lmdb_path: str | os.PathLike, shuffle: bool = True, *, seed: int | None = None
+) -> LMDBData:
+    """tensorpack's older reader of LMDBs holding serialized datapoints (deprecated there in
+    favour of ``LMDBSerializer.load``, which it equals): the saved datapoints of ``lmdb_path``.
+    """
+    return LMDBSerializer.load(lmdb_path, shuffle, seed=seed)
