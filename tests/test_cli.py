@@ -21,6 +21,36 @@ def test_demo_command_prints_report_and_profile(capsys):
     assert "bottleneck: stage" in out
 
 
+def _profile_rows(out: str) -> dict[str, int]:
+    lines = out.split("Pipeline profile", 1)[1].splitlines()
+    rows = lines[lines.index(next(x for x in lines if x.startswith("---"))) + 1:]
+    items = {}
+    for row in rows:
+        if not row.strip():
+            break
+        cells = row.split()
+        items[cells[1]] = int(cells[2])
+    return items
+
+
+def test_demo_profile_counts_every_stage_and_one_proc_is_singular(capsys):
+    from dataflow.demo import PROFILE_BATCHES
+
+    assert main(["demo", "--images", "64", "--batch-size", "8", "--batches", "2",
+                 "--num-proc", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "MultiProcessMapDataZMQ(decode, crop, flip, lighting; 1 proc) -> BatchData(8)" in out
+    items = _profile_rows(out)
+    assert list(items) == ["BatchData", "MultiProcessMapDataZMQ", "LocallyShuffleData",
+                           "_LoadedLMDBData"]
+    assert items["BatchData"] == PROFILE_BATCHES == 20
+    assert items["MultiProcessMapDataZMQ"] == 20 * 8
+    # the mapper reads ahead by its in-flight buffer, so the stage below it delivered more
+    assert items["LocallyShuffleData"] >= 160
+    # everything the LMDB reader gave is delivered or still in the 256-item shuffle buffer
+    assert items["_LoadedLMDBData"] == items["LocallyShuffleData"] + 256
+
+
 def test_demo_data_is_real_jpeg_and_seeded():
     cv2 = pytest.importorskip("cv2")
     a, b = make_jpegs(3, seed=1), make_jpegs(3, seed=1)

@@ -13,7 +13,7 @@ def _demo_cmd(args: argparse.Namespace) -> int:
     report, table = _demo.run_demo(
         num_images=args.images, batch_size=args.batch_size, batches=args.batches,
         seed=args.seed, progress=not args.no_progress, num_proc=args.num_proc,
-        profile_batches=5 if args.profile else 0,
+        profile_batches=_demo.PROFILE_BATCHES if args.profile else 0,
     )
     print(report.format())
     if table:
