@@ -6,7 +6,7 @@ reads them: sequential LMDB scan -> ``LocallyShuffleData`` -> ``cv2.imdecode`` +
 ``GoogleNetRandomCropAndResize(224)`` + ``Flip`` + AlexNet PCA ``Lighting`` in worker processes
 (``MultiProcessMapDataZMQ``) -> ``BatchData(64)``. :func:`run_demo` times it with
 :class:`~dataflow.TestDataSpeed`; the CLI then prints :func:`dataflow.profile`'s table.
-Needs the ``imgaug`` and ``lmdb`` extras (``make demo`` installs everything).
+Needs the ``imgaug`` and ``lmdb`` extras (``make demo`` installs them, and only them).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _cv2() -> Any:
     except ImportError as e:
         raise ImportError(
             "the demo decodes JPEGs with OpenCV: pip install 'dataflow-reloaded[imgaug,lmdb]' "
-            "(or run `make demo`, which installs everything)"
+            "(or run `make demo`, which installs them)"
         ) from e
     return cv2
 
