@@ -1,10 +1,16 @@
-# Two entry points for a fresh clone; each builds its own virtualenv in .venv.
-#   make demo  -- install everything and run the demo pipeline (ends in a TestDataSpeed report)
-#   make test  -- install everything (TensorFlow and every extra included) and run the test suite
+# Two entry points for a fresh clone, each with its own virtualenv (so either runs first):
+#   make demo  -- a light install in .venv-demo (the core + the lmdb and imgaug extras; no
+#                 TensorFlow, PyTorch, Ray or JAX) and the demo pipeline: a TestDataSpeed report
+#                 and a per-stage profile
+#   make test  -- everything in .venv (every extra, TensorFlow included, and the test group),
+#                 then ruff and the test suite
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+DEMO_VENV ?= .venv-demo
+DEMO_PY := $(DEMO_VENV)/bin/python
+DEMO_STAMP := $(DEMO_VENV)/.installed
 
 .PHONY: demo test lint clean
 
@@ -14,12 +20,17 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[all]" --group test
 	touch $(STAMP)
 
-demo: $(STAMP)
-	$(PY) -m dataflow demo
+$(DEMO_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_PY) -m pip install --quiet --disable-pip-version-check -e ".[lmdb,imgaug]"
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
+	$(DEMO_PY) -m dataflow demo
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(PY) -m pytest -q
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) $(DEMO_VENV) build src/*.egg-info

@@ -1,13 +1,82 @@
-"""Shared fixtures: a fixed global seed per test, and no process left behind."""
+"""Shared fixtures: a fixed global seed per test, no process and no temporary file left behind,
+and a quiet TensorFlow."""
 
 from __future__ import annotations
 
-import time
+import atexit
+import os
+import shutil
+import tempfile
 
-import psutil
-import pytest
+# Set before anything imports TensorFlow, here or in a subprocess a test starts (they inherit
+# the environment): no C++ start-up logging (oneDNN, CPU features, CUDA probing) at level 3,
+# and no oneDNN notice. What TensorFlow still prints while it loads its libraries is silenced by
+# tests.helpers.import_tensorflow_quietly.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-import dataflow.rng
+# Every temporary file of the session goes into one directory of its own: pytest's tmp_path,
+# multiprocessing's pymp-* directories, Ray's session directories (on Linux Ray follows TMPDIR;
+# it keeps them after shutdown), TensorFlow's autograph files; in this process (tempfile.tempdir)
+# and in subprocesses (TMPDIR). A concurrent session on the same machine has its own. It is
+# removed when this process exits: atexit runs the handler registered first last, so this one
+# runs after multiprocessing's and TensorFlow's, which remove their own files (their modules are
+# imported below this point). _no_stray_temp_files checks it at the end of the session.
+_SESSION_PID = os.getpid()
+SESSION_TMP = tempfile.mkdtemp(prefix="dataflow-tests-")
+os.environ["TMPDIR"] = SESSION_TMP
+tempfile.tempdir = SESSION_TMP
+
+
+def _remove_session_tmp() -> None:
+    if os.getpid() == _SESSION_PID:  # not in a forked child that exits through atexit
+        shutil.rmtree(SESSION_TMP, ignore_errors=True)
+
+
+atexit.register(_remove_session_tmp)
+
+import multiprocessing.process  # noqa: E402  (after the handler above, see there)
+import time  # noqa: E402
+
+import psutil  # noqa: E402
+import pytest  # noqa: E402
+
+import dataflow.rng  # noqa: E402
+
+# What may remain in the session's temporary directory at its end: files that this process
+# still owns and removes at exit, and caches that outlive a run by design.
+_OWNED_PREFIXES = (
+    "pytest-of-",  # pytest's tmp_path directories
+    "__autograph_generated_file",  # TensorFlow removes them at exit
+    "torchinductor_",  # PyTorch's compile cache
+    "torch-shm-dir-",  # PyTorch's shared-memory manager removes them when it exits, after us
+    "ray",  # Ray's session logs, kept after ray.shutdown()
+)
+
+
+def stray_temp_files() -> list[str]:
+    """Entries of the session's temporary directory that nothing will remove: those left by a
+    child process or a test (this process's own multiprocessing directory is removed at exit)."""
+    own = multiprocessing.process.current_process()._config.get("tempdir")
+    return sorted(
+        name for name in os.listdir(SESSION_TMP)
+        if not name.startswith(_OWNED_PREFIXES)
+        and os.path.join(SESSION_TMP, name) != own
+    )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_stray_temp_files():
+    """Fail the session if it left files in the temporary directory (e.g. the pymp-* directory
+    of a worker process that was killed before it could remove it)."""
+    yield
+    stray = stray_temp_files()
+    if stray:
+        pytest.fail(
+            f"the test session left these entries in its temporary directory "
+            f"{SESSION_TMP}: {stray}; find the test that creates them (they are removed at "
+            "exit anyway)."
+        )
 
 
 @pytest.fixture(autouse=True)

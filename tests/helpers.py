@@ -2,12 +2,37 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pickle
+import sys
 from typing import Any
 
 import numpy as np
 
 from dataflow.base import DataFlow
+
+
+def import_tensorflow_quietly() -> Any:
+    """``import tensorflow``, with the process's stderr (file descriptor 2) sent to /dev/null
+    while it loads: its libraries log CUDA probing as they load, before any log level applies
+    (``TF_CPP_MIN_LOG_LEVEL``, set in conftest.py, silences the rest). Python errors still
+    propagate."""
+    if "tensorflow" in sys.modules:
+        return sys.modules["tensorflow"]
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        with contextlib.suppress(ImportError):
+            import tensorflow
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    import tensorflow  # the ImportError, if any, now with a visible stderr
+
+    return tensorflow
 
 
 def to_plain(obj: Any) -> Any:

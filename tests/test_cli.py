@@ -21,6 +21,36 @@ def test_demo_command_prints_report_and_profile(capsys):
     assert "bottleneck: stage" in out
 
 
+def _profile_rows(out: str) -> dict[str, int]:
+    lines = out.split("Pipeline profile", 1)[1].splitlines()
+    rows = lines[lines.index(next(x for x in lines if x.startswith("---"))) + 1:]
+    items = {}
+    for row in rows:
+        if not row.strip():
+            break
+        cells = row.split()
+        items[cells[1]] = int(cells[2])
+    return items
+
+
+def test_demo_profile_counts_every_stage_and_one_proc_is_singular(capsys):
+    from dataflow.demo import PROFILE_BATCHES
+
+    assert main(["demo", "--images", "64", "--batch-size", "8", "--batches", "2",
+                 "--num-proc", "1", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "MultiProcessMapDataZMQ(decode, crop, flip, lighting; 1 proc) -> BatchData(8)" in out
+    items = _profile_rows(out)
+    assert list(items) == ["BatchData", "MultiProcessMapDataZMQ", "LocallyShuffleData",
+                           "_LoadedLMDBData"]
+    assert items["BatchData"] == PROFILE_BATCHES == 20
+    assert items["MultiProcessMapDataZMQ"] == 20 * 8
+    # the mapper reads ahead by its in-flight buffer, so the stage below it delivered more
+    assert items["LocallyShuffleData"] >= 160
+    # everything the LMDB reader gave is delivered or still in the 256-item shuffle buffer
+    assert items["_LoadedLMDBData"] == items["LocallyShuffleData"] + 256
+
+
 def test_demo_data_is_real_jpeg_and_seeded():
     cv2 = pytest.importorskip("cv2")
     a, b = make_jpegs(3, seed=1), make_jpegs(3, seed=1)
@@ -46,3 +76,94 @@ def test_preview_command_writes_png(tmp_path):
     out = tmp_path / "grid.png"
     assert main(["preview", "-n", "3", "-o", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _run(args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "dataflow", *args], capture_output=True,
+                          text=True, timeout=120, check=False, cwd=cwd)
+
+
+def test_no_command_prints_the_help_on_stderr_with_status_2():
+    proc = _run([])
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("usage: dataflow [-h] [--version] {demo,profile,preview}")
+    assert "Exit status: 0 on success, 2 for a usage error (also: no command)." in proc.stderr
+
+
+def test_version():
+    from dataflow import __version__
+
+    proc = _run(["--version"])
+    assert (proc.returncode, proc.stdout, proc.stderr) == (
+        0, f"dataflow-reloaded {__version__}\n", "")
+
+
+_PIPELINES = """
+import dataflow as df
+
+def build():
+    return df.DataFromList([[i] for i in range(50)], shuffle=False)
+
+def as_list():
+    return [[1], [2]]
+
+def needs(x):
+    return build()
+
+VALUE = 3
+"""
+
+
+@pytest.mark.parametrize(("target", "message"), [
+    ("pipes:nothing", "'pipes:nothing': module 'pipes' has no attribute 'nothing'; name a "
+                      "function that returns the dataflow to profile."),
+    ("pipes:VALUE", "'pipes:VALUE' is a int, not a function; name a function that returns the "
+                    "dataflow to profile."),
+    ("pipes:as_list", "'pipes:as_list' returned a list, not a DataFlow; return the pipeline "
+                      "itself (wrap a list with DataFromList(lst, shuffle=False))."),
+    ("pipes:needs", "'pipes:needs' must be callable without arguments: missing a required "
+                    "argument: 'x'."),
+    ("nosuchmodule:build", "cannot import 'nosuchmodule' for 'nosuchmodule:build': no module "
+                           "named 'nosuchmodule'; run from the directory that holds it, or add "
+                           "that directory to PYTHONPATH."),
+    ("broken:build", "importing 'broken' for 'broken:build' failed: No module named "
+                     "'not_installed_dependency'"),
+    ("pipes", "`target` must look like module:function (e.g. mypipeline:build), got 'pipes'."),
+    ("pipes:build:x", "`target` must look like module:function (e.g. mypipeline:build), got "
+                      "'pipes:build:x'."),
+    (":build", "`target` must look like module:function (e.g. mypipeline:build), got ':build'."),
+])
+def test_bad_profile_target_is_one_line_and_status_2(tmp_path, target, message):
+    (tmp_path / "pipes.py").write_text(_PIPELINES)
+    (tmp_path / "broken.py").write_text("import not_installed_dependency\n")
+    proc = _run(["profile", target], cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == f"dataflow profile: error: {message}\n"
+
+
+def test_good_profile_target_runs(tmp_path):
+    (tmp_path / "pipes.py").write_text(_PIPELINES)
+    proc = _run(["profile", "pipes:build", "--num", "20", "--warmup", "0"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "20 datapoints in " in proc.stdout and "DataFromList" in proc.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["-a", "Flip(horiz=True"], "-a/--augs: cannot parse augmentor 'Flip(horiz=True': "
+                                "SyntaxError: "),
+    (["-a", "NoSuchAug(3)"], "-a/--augs: cannot parse augmentor 'NoSuchAug(3)': ValueError: "
+                             "unknown augmentor 'NoSuchAug' in the spec. Write e.g. "),
+    (["-a", "Flip(horiz=yes)"], "-a/--augs: cannot parse augmentor 'Flip(horiz=yes)': "
+                                "ValueError: "),
+    (["-a", ";"], "-a/--augs: the augmentor spec ';' holds no augmentor."),
+    (["-n", "0"], "-n/--num must be >= 1, got 0."),
+    (["-o", "/nonexistent-dir/x.png"], "-o/--output: the directory '/nonexistent-dir' does not "
+                                       "exist; create it first."),
+])
+def test_bad_preview_input_is_one_line_and_status_2(tmp_path, args, message):
+    proc = _run(["preview", *args, "-o", str(tmp_path / "p.png")] if "-o" not in args
+                else ["preview", *args])
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr.startswith(f"python -m dataflow preview: error: {message}")
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "p.png").exists()

@@ -54,7 +54,7 @@ def _apply(flow, ref, op, exact_len, ordered):
         # epochs mix at the buffer, so only membership (and the length) is kept
         if len(ref) < p or not exact_len:
             return flow, ref, exact_len, ordered
-        return df.LocallyShuffleData(flow, p, seed=2), ref, exact_len, False
+        return df.LocallyShuffleData(flow, p, seed=2, finite=True), ref, exact_len, False
     raise AssertionError(name)
 
 
@@ -119,7 +119,7 @@ def test_local_shuffle_never_loses_or_duplicates(n, buffer_size, num_reuse, epoc
     import collections
 
     flow = df.LocallyShuffleData(df.DataFromList([[i] for i in range(n)], shuffle=False),
-                                 buffer_size, num_reuse=num_reuse, seed=0)
+                                 buffer_size, num_reuse=num_reuse, seed=0, finite=True)
     flow.reset_state()
     yielded = collections.Counter()
     for _ in range(epochs):

@@ -146,9 +146,14 @@ def test_augment_image_coordinates():
     assert out_img.shape == (4, 6) and label == 7
     np.testing.assert_array_equal(out_pts, [[5.5, 1.5], [1.0, 3.0]])
     np.testing.assert_array_equal(pts, [[0.5, 1.5], [5.0, 3.0]])  # input untouched
-    bad = AugmentImageCoordinates(_ds([[img, np.zeros((2, 2), np.int32)]]), [imgaug.Identity()])
+    ints = AugmentImageCoordinates(_ds([(img, np.array([[0, 1], [5, 3]], np.int32), 7)]),
+                                   [imgaug.Flip(horiz=True, prob=1.0)])
+    ints.reset_state()
+    out_pts = next(iter(ints))[1]  # integer coordinates, as tensorpack's examples pass them
+    assert out_pts.dtype == np.float32 and out_pts.tolist() == [[6.0, 1.0], [1.0, 3.0]]
+    bad = AugmentImageCoordinates(_ds([[img, np.zeros((2, 2), np.bool_)]]), [imgaug.Identity()])
     bad.reset_state()
-    with pytest.raises(TypeError, match=r"`dp\[1\]` must have a float dtype, got int32"):
+    with pytest.raises(TypeError, match=r"`dp\[1\]` must have a float or integer dtype, got bool"):
         list(bad)
     bad = AugmentImageCoordinates(_ds([[img, np.zeros((2, 3))]]), [imgaug.Identity()])
     bad.reset_state()

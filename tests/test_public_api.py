@@ -90,6 +90,44 @@ def test_name_and_signature(name):
         assert _positional(obj).replace(" ", "") == SIGNATURES[name].replace(" ", "")
 
 
+# older tensorpack names that scripts still use (tensorpack 0.9/0.10 docs and user code)
+LEGACY = {
+    "ThreadedMapData": "(ds, nr_thread=None, map_func=None, buffer_size=200, strict=False)",
+    "LMDBDataPoint": "(lmdb_path, shuffle=True)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEGACY))
+def test_legacy_name_and_signature(name):
+    obj = getattr(dataflow, name)
+    assert name in dataflow.__all__
+    assert _positional(obj).replace(" ", "") == LEGACY[name].replace(" ", "")
+
+
+def test_threaded_map_data_is_a_multi_thread_map_data_with_nr_thread():
+    from dataflow.parallel import ThreadedMapData
+
+    assert dataflow.ThreadedMapData is ThreadedMapData
+    src = dataflow.DataFromList([[i] for i in range(6)], shuffle=False)
+    with ThreadedMapData(src, nr_thread=2, map_func=lambda dp: [dp[0] * 10],
+                         buffer_size=4, strict=True) as flow:
+        assert type(flow) is dataflow.MultiThreadMapData
+        assert (flow.num_thread, flow.buffer_size) == (2, 4)
+        flow.reset_state()
+        assert sorted(dp[0] for dp in flow) == [0, 10, 20, 30, 40, 50]
+
+
+def test_lmdb_data_point_reads_what_lmdb_serializer_saved(tmp_path):
+    pytest.importorskip("lmdb")
+    dps = [[i, f"s{i}"] for i in range(5)]
+    dataflow.LMDBSerializer.save(dataflow.DataFromList(dps, shuffle=False), tmp_path / "a.lmdb",
+                                 progress=False)
+    flow = dataflow.LMDBDataPoint(str(tmp_path / "a.lmdb"), shuffle=False)
+    flow.reset_state()
+    assert list(flow) == dps
+    assert dataflow.serialize.LMDBDataPoint is dataflow.LMDBDataPoint
+
+
 def test_tensorpack_name_count():
     # SPEC section 1: 52 names plus the submodules imgaug and dataset
     assert len(SIGNATURES) == 52

@@ -9,7 +9,7 @@ import pytest
 
 import dataflow as df
 from dataflow.state import StateMismatchError, decode_items, encode_items
-from tests.helpers import check_resume
+from tests.helpers import check_resume, to_plain
 
 
 def _lst(n=7, shuffle=False, seed=3):
@@ -116,15 +116,16 @@ PIPELINES = {
     "join": lambda: df.JoinData([_lst(5), df.MapDataComponent(_lst(4, shuffle=True), _times10)]),
     "random_choose": lambda: df.RandomChooseData([_lst(4), (_lst(6, shuffle=True))], seed=5),
     "random_mix": lambda: df.RandomMixData([_lst(3), _lst(5, shuffle=True)], seed=5),
-    "local_shuffle": lambda: df.LocallyShuffleData(_lst(6), 3, seed=2),
-    "local_shuffle_reuse": lambda: df.LocallyShuffleData(_arr(5), 4, num_reuse=2, seed=2),
+    "local_shuffle": lambda: df.LocallyShuffleData(_lst(6), 3, seed=2, finite=True),
+    "local_shuffle_reuse": lambda: df.LocallyShuffleData(_arr(5), 4, num_reuse=2, seed=2,
+                                                         finite=True),
     "cache": lambda: df.CacheData(_lst(5, shuffle=True)),
     "cache_shuffle": lambda: df.CacheData(_lst(5), shuffle=True, seed=1),
     "print": lambda: df.PrintData(_lst(4), num=10, file=__import__("io").StringIO()),
     "composed": lambda: df.BatchData(
         df.LocallyShuffleData(
             df.ConcatData([df.MapDataComponent(_lst(5, shuffle=True), _times10), _lst(3)]),
-            4, seed=1),
+            4, seed=1, finite=True),
         3, remainder=True),
 }
 
@@ -137,6 +138,17 @@ def test_wrappers_resume_exactly(name):
 
 def test_repeat_forever_resumes():
     check_resume(lambda: df.RepeatedData(_lst(3, shuffle=True), -1), epochs=1, limit=10)
+
+
+@pytest.mark.parametrize("num_reuse", [1, 2])
+def test_endless_local_shuffle_resumes_anywhere_in_its_stream(num_reuse):
+    # the default, as in tensorpack: one iteration runs past len(); iterations of 9 taken by
+    # islice and closed continue the same stream
+    seq = check_resume(lambda: df.LocallyShuffleData(_lst(6), 3, num_reuse=num_reuse, seed=2),
+                       epochs=3, limit=9)
+    finite = df.LocallyShuffleData(_lst(6), 3, num_reuse=num_reuse, seed=2, finite=True)
+    finite.reset_state()
+    assert seq == [to_plain(dp) for _ in range(5) for dp in finite][:27]  # epochs back to back
 
 
 def test_state_is_small_for_non_buffering_wrappers():

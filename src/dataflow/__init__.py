@@ -38,6 +38,7 @@ from dataflow.parallel import (
     PrefetchData,
     PrefetchDataZMQ,
     RemoteDataZMQ,
+    ThreadedMapData,
     send_dataflow_zmq,
 )
 from dataflow.profiler import profile
@@ -48,6 +49,7 @@ from dataflow.serialize import (
     HDF5Serializer,
     LMDBData,
     LMDBDataDecoder,
+    LMDBDataPoint,
     LMDBSerializer,
     NumpySerializer,
     SVMLightData,
@@ -124,6 +126,7 @@ __all__ = [
     "JoinData",
     "LMDBData",
     "LMDBDataDecoder",
+    "LMDBDataPoint",
     "LMDBSerializer",
     "LocallyShuffleData",
     "MapData",
@@ -155,6 +158,7 @@ __all__ = [
     "StateMismatchError",
     "TFRecordSerializer",
     "TestDataSpeed",
+    "ThreadedMapData",
     "UnknownLengthError",
     "WorkerError",
     "__version__",

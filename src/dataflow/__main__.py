@@ -1,19 +1,30 @@
-"""Command line: ``python -m dataflow <command>`` (also installed as ``dataflow``)."""
+"""Command line: ``python -m dataflow <command>`` (also installed as ``dataflow``).
+
+Commands: ``demo``, ``profile module:function``, ``preview``; ``--version`` prints the
+version. Exit status: 0 on success; 2 for a usage error, printed as one line on stderr
+(no command: the help is printed to stderr; a bad option; a ``profile`` target that cannot be
+loaded or does not return a DataFlow; a bad ``preview`` augmentor spec).
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from dataflow import demo as _demo
+
+
+class UsageError(Exception):
+    """A command's input is wrong; :func:`main` prints the message as one line (status 2)."""
 
 
 def _demo_cmd(args: argparse.Namespace) -> int:
     report, table = _demo.run_demo(
         num_images=args.images, batch_size=args.batch_size, batches=args.batches,
         seed=args.seed, progress=not args.no_progress, num_proc=args.num_proc,
-        profile_batches=5 if args.profile else 0,
+        profile_batches=_demo.PROFILE_BATCHES if args.profile else 0,
     )
     print(report.format())
     if table:
@@ -21,24 +32,74 @@ def _demo_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profile_cmd(args: argparse.Namespace) -> int:
+def _load_target(target: str) -> Any:
+    """The callable named by ``module:function`` (``function`` may be a dotted attribute path),
+    imported with the current directory on ``sys.path``; UsageError naming what is wrong."""
     import importlib
+    import inspect
     import os
 
-    from dataflow.profiler import profile
-
-    target = args.target
-    if ":" not in target:
-        raise SystemExit(f"`target` must look like module:function, got {target!r}.")
-    mod_name, func_name = target.split(":", 1)
+    mod_name, sep, func_name = target.partition(":")
+    if not sep or not all(p.isidentifier() for p in mod_name.split(".")) or not all(
+        p.isidentifier() for p in func_name.split(".")
+    ):
+        raise UsageError(
+            f"`target` must look like module:function (e.g. mypipeline:build), got {target!r}."
+        )
     sys.path.insert(0, os.getcwd())
     try:
-        func = getattr(importlib.import_module(mod_name), func_name)
-    except (ImportError, AttributeError) as e:
-        raise SystemExit(f"cannot load {target!r}: {e}") from e
+        obj: Any = importlib.import_module(mod_name)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (mod_name == e.name or mod_name.startswith(e.name + ".")):
+            raise UsageError(
+                f"cannot import {mod_name!r} for {target!r}: no module named {e.name!r}; run "
+                "from the directory that holds it, or add that directory to PYTHONPATH."
+            ) from None
+        raise UsageError(f"importing {mod_name!r} for {target!r} failed: {e}") from None
+    except (ImportError, SyntaxError) as e:
+        raise UsageError(
+            f"importing {mod_name!r} for {target!r} failed: {type(e).__name__}: {e}"
+        ) from None
+    for part in func_name.split("."):
+        if not hasattr(obj, part):
+            raise UsageError(
+                f"{target!r}: {type(obj).__name__} {getattr(obj, '__name__', mod_name)!r} has no "
+                f"attribute {part!r}; name a function that returns the dataflow to profile."
+            )
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise UsageError(
+            f"{target!r} is a {type(obj).__name__}, not a function; name a function that "
+            "returns the dataflow to profile."
+        )
+    try:
+        inspect.signature(obj).bind()
+    except TypeError as e:
+        raise UsageError(f"{target!r} must be callable without arguments: {e}.") from None
+    except ValueError:  # no signature to inspect (some builtins): just call it
+        pass
+    return obj
+
+
+def _profile_cmd(args: argparse.Namespace) -> int:
+    from dataflow.base import DataFlow
+    from dataflow.profiler import profile
+
+    if args.num < 1:
+        raise UsageError(f"--num must be >= 1, got {args.num}.")
+    if args.warmup < 0:
+        raise UsageError(f"--warmup must be >= 0, got {args.warmup}.")
+    func = _load_target(args.target)
     flow = func()
-    report = profile(flow, num=args.num, warmup=args.warmup, trace=args.trace is not None)
-    flow.close()
+    if not isinstance(flow, DataFlow):
+        raise UsageError(
+            f"{args.target!r} returned a {type(flow).__name__}, not a DataFlow; return the "
+            "pipeline itself (wrap a list with DataFromList(lst, shuffle=False))."
+        )
+    try:
+        report = profile(flow, num=args.num, warmup=args.warmup, trace=args.trace is not None)
+    finally:
+        flow.close()
     if args.trace:
         report.write_trace(args.trace)
     print(report.to_json() if args.json else report.format())
@@ -55,9 +116,13 @@ def _preview_cmd(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from dataflow import __version__
+
     parser = argparse.ArgumentParser(
-        prog="dataflow", description="dataflow: fast, reproducible input pipelines."
+        prog="dataflow", description="dataflow: fast, reproducible input pipelines.",
+        epilog="Exit status: 0 on success, 2 for a usage error (also: no command).",
     )
+    parser.add_argument("--version", action="version", version=f"dataflow-reloaded {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser(
         "demo", help="run an ImageNet-like pipeline on generated data and report its speed"
@@ -95,8 +160,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["preview"]:  # its options belong to the preview command itself
         return _preview_cmd(argparse.Namespace(args=argv[1:]))
-    args = build_parser().parse_args(argv)
-    return int(args.func(args))
+    parser = build_parser()
+    if not argv:  # no command: the help, on stderr, as a usage error
+        parser.print_help(sys.stderr)
+        return 2
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as e:
+        print(f"dataflow {args.command}: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

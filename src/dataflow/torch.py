@@ -27,18 +27,20 @@ Guarantees:
   closed or garbage-collected, e.g. after ``break``) or fails closes ``df``, which stops its
   workers; the next iteration resets it again. ``close()`` closes it explicitly. Errors raised by
   the dataflow (a ``WorkerError`` from its workers included) come out of the loader's loop.
-* **Stages with worker processes** (``MultiProcessMapDataZMQ``, ...) cannot run inside
-  DataLoader workers, which are daemonic: with ``num_workers > 0`` such a dataflow raises a
-  :class:`~dataflow.errors.DataFlowError` that says so. Use ``num_workers=0``.
+* **Stages with worker processes** (``MultiProcessMapDataZMQ``, ``MultiProcessRunnerZMQ``,
+  ...) cannot run inside DataLoader workers, which are daemonic: with ``num_workers > 0`` such a
+  dataflow raises one :class:`~dataflow.errors.DataFlowError` that says so, from each worker
+  before it starts anything (and before any warning). Use ``num_workers=0``.
 * **Length**: ``len(dataset)`` is ``len(df)`` where the dataflow knows it, else ``TypeError``
   (:class:`~dataflow.errors.UnknownLengthError`).
 * **Checkpoints** (``num_workers=0``): ``state_dict()`` / ``load_state_dict()`` forward to
   ``df``; with ``batch_size=None`` the loader fetches nothing ahead, so the state matches the
   datapoints the training loop has received.
 
-``num_workers > 0`` also works, without duplicates: in each DataLoader worker the dataset takes
-the shard ``shard(df, worker_id, num_workers, drop_remainder=False)``, so the union over workers is
-exactly one epoch of ``df`` (interleaved, in a worker-dependent order). This needs every worker's
+``num_workers > 0`` also works for dataflows without process stages, without duplicates: in
+each DataLoader worker the dataset takes the shard ``shard(df, worker_id, num_workers,
+drop_remainder=False)``, so the union over workers is exactly one epoch of ``df`` (interleaved,
+in a worker-dependent order). This needs every worker's
 copy of ``df`` to yield the same sequence: random stages without ``seed=`` draw the same streams in
 every worker (seeded from the DataLoader's per-iteration base seed, or from ``dataflow.set_seed``
 when set), but a parallel stage must be ``ordered=True, strict=True``. Every worker runs the
@@ -89,20 +91,46 @@ def _can_pin(torch: Any) -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _parallel_stage(df: DataFlow) -> str | None:
-    """The name of the first stage of ``df`` that runs its own workers."""
+def _worker_stages(df: DataFlow) -> list[DataFlow]:
+    """The stages of ``df`` (found through ``children()``) that run their own workers."""
     from dataflow.parallel._lifecycle import Lifecycle
 
-    stack, seen = [df], set()
-    while stack:
-        flow = stack.pop()
+    found: list[DataFlow] = []
+    todo, seen = [df], set()
+    while todo:
+        flow = todo.pop(0)
         if id(flow) in seen:
             continue
         seen.add(id(flow))
         if isinstance(flow, Lifecycle):
-            return type(flow).__name__
-        stack.extend(reversed(flow.children()))
+            found.append(flow)
+        todo += flow.children()
+    return found
+
+
+def _parallel_stage(df: DataFlow) -> str | None:
+    """The name of the first stage of ``df`` that runs its own workers (threads or processes)."""
+    stages = _worker_stages(df)
+    return type(stages[0]).__name__ if stages else None
+
+
+def _process_stage(df: DataFlow) -> str | None:
+    """The name of the first stage of ``df`` whose workers are processes (anything but the
+    thread back ends), which cannot start inside a DataLoader worker (a daemonic process)."""
+    from dataflow.parallel import MultiThreadMapData, MultiThreadRunner
+
+    for stage in _worker_stages(df):
+        if not isinstance(stage, MultiThreadMapData | MultiThreadRunner):
+            return type(stage).__name__
     return None
+
+
+def _in_worker_error(stage: str) -> DataFlowError:
+    return DataFlowError(
+        f"to_torch: {stage} cannot start its worker processes inside a DataLoader worker (a "
+        "daemonic process cannot have children). Use DataLoader(batch_size=None, "
+        "num_workers=0) and let the dataflow parallelize."
+    )
 
 
 class _Bridge:
@@ -123,6 +151,10 @@ class _Bridge:
         torch = _import_torch()
         info = torch.utils.data.get_worker_info()
         flow = self.df
+        if info is not None:
+            stage = _process_stage(self.df)
+            if stage is not None:  # before anything starts (or warns about duplicated work)
+                raise _in_worker_error(stage)
         if info is not None and info.num_workers > 1:
             from dataflow.rng import set_seed
             from dataflow.sharding import ShardData
@@ -130,12 +162,12 @@ class _Bridge:
             # the same streams in every worker: their shards of one sequence stay disjoint
             set_seed(self._seed if self._seed is not None else info.seed - info.id)
             flow = ShardData(flow, info.id, info.num_workers, drop_remainder=False)
-            parallel = _parallel_stage(self.df)
-            if parallel is not None and info.id == 0:
+            threads = _parallel_stage(self.df)  # (thread-based: process stages raised above)
+            if threads is not None and info.id == 0:
                 _log.warning(
                     "to_torch: each of the %d DataLoader workers runs its own copy of %s and "
                     "keeps 1/%d of the results; use DataLoader(num_workers=0) and let the "
-                    "dataflow parallelize.", info.num_workers, parallel, info.num_workers)
+                    "dataflow parallelize.", info.num_workers, threads, info.num_workers)
         if info is not None:
             import multiprocessing.util
 
@@ -162,14 +194,10 @@ class _Bridge:
             for dp in flow:
                 yield convert(dp)
             finished = True
-        except AssertionError as e:
+        except AssertionError as e:  # a process stage that _process_stage does not know
             if in_worker and "daemonic processes are not allowed to have children" in str(e):
-                raise DataFlowError(
-                    f"to_torch: {_parallel_stage(self.df) or 'a stage of the dataflow'} cannot "
-                    "start its worker processes inside a DataLoader worker (a daemonic process "
-                    "cannot have children). Use DataLoader(batch_size=None, num_workers=0) and "
-                    "let the dataflow parallelize."
-                ) from e
+                raise _in_worker_error(_parallel_stage(self.df) or "a stage of the dataflow"
+                                       ) from e
             raise
         finally:
             # abandoned or failed: stop the flow's workers (a worker process always does)
@@ -233,8 +261,9 @@ def to_torch(df: DataFlow, pin_memory: bool = False) -> Any:
     """``df`` as a ``torch.utils.data.IterableDataset`` (see :mod:`dataflow.torch`).
 
     Use it with ``DataLoader(dataset, batch_size=None, num_workers=0)`` when the dataflow batches
-    and parallelizes itself (recommended); ``num_workers > 0`` splits it between the workers
-    without duplicates. ``pin_memory=True`` copies tensors into pinned memory.
+    and parallelizes itself (recommended); ``num_workers > 0`` splits a dataflow without process
+    stages between the workers without duplicates (one with process stages raises a
+    DataFlowError). ``pin_memory=True`` copies tensors into pinned memory.
     """
     if not isinstance(df, DataFlow):
         raise TypeError(

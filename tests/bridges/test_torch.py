@@ -184,8 +184,20 @@ def test_two_workers_persistent_batches():
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_errors_surface_in_the_loop(num_workers, monkeypatch):
-    # after a worker error, PyTorch's shutdown waits this long per worker before terminating it
+    # after an iterable dataset raised in a worker, PyTorch's shutdown never reaches the workers
+    # (with any dataset): it waits this long per worker, then terminates them
     monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.5)
+    # a terminated worker cannot remove the pymp-* directory multiprocessing made to pass the
+    # tensors' file descriptors; with file_system sharing no descriptor is passed
+    strategy = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy("file_system")
+    try:
+        _check_errors_surface_in_the_loop(num_workers)
+    finally:
+        torch.multiprocessing.set_sharing_strategy(strategy)
+
+
+def _check_errors_surface_in_the_loop(num_workers):
     loader = DataLoader(to_torch(MapData(_ints(10), _fail_at_5)), batch_size=None,
                         num_workers=num_workers)
     got = []
@@ -289,15 +301,58 @@ def test_parallel_stage_is_found_for_the_worker_warning():
     mapper.close()
 
 
-def test_process_stage_inside_dataloader_workers_is_a_clear_error(monkeypatch):
+@pytest.mark.parametrize("num_workers", [1, 2])
+@pytest.mark.parametrize("make", [
+    lambda: BatchData(MultiProcessMapDataZMQ(_ints(8), 2, _double), 2),
+    lambda: df.ConcatData([_ints(2), df.MultiProcessRunnerZMQ(_ints(4), 1)]),
+], ids=["mapper", "runner-in-concat"])
+def test_process_stage_inside_dataloader_workers_is_one_clear_error(monkeypatch, num_workers,
+                                                                     make):
     monkeypatch.setattr(torch.utils.data._utils, "MP_STATUS_CHECK_INTERVAL", 0.5)
-    ds = to_torch(MultiProcessMapDataZMQ(_ints(8), 2, _double))
-    with pytest.raises(df.DataFlowError, match="MultiProcessMapDataZMQ cannot start its worker "
-                       r"processes inside a DataLoader worker .* num_workers=0\)") as excinfo:
-        list(DataLoader(ds, batch_size=None, num_workers=2))
+    flow = make()
+    stage = "MultiProcessMapDataZMQ" if isinstance(flow, BatchData) else "MultiProcessRunnerZMQ"
+    with pytest.raises(df.DataFlowError, match=f"to_torch: {stage} cannot start its worker "
+                       r"processes inside a DataLoader worker \(a daemonic process cannot have "
+                       r"children\). Use DataLoader\(batch_size=None, num_workers=0\) and let "
+                       "the dataflow parallelize.") as excinfo:
+        list(DataLoader(to_torch(flow), batch_size=None, num_workers=num_workers))
     del excinfo
     gc.collect()
+    flow.close()
     assert _wait_no_children() == []
+
+
+class _FakeWorkerInfo:
+    def __init__(self, id, num_workers):
+        self.id, self.num_workers, self.seed = id, num_workers, 1000 + id
+
+
+@pytest.mark.parametrize("worker", [0, 1])
+def test_in_a_worker_a_process_stage_raises_before_any_warning(monkeypatch, caplog, worker):
+    # what a DataLoader worker runs, in this process: the error comes first, nothing is started
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: _FakeWorkerInfo(worker, 2))
+    mapper = MultiProcessMapDataZMQ(_ints(4), 2, _double)
+    ds = to_torch(df.ConcatData([MultiThreadMapData(_ints(2), 2, _double), mapper]))
+    with caplog.at_level(logging.INFO, logger="dataflow.torch"), pytest.raises(
+            df.DataFlowError, match="to_torch: MultiProcessMapDataZMQ cannot start"):
+        next(iter(ds))
+    assert caplog.messages == []
+    assert _children() == []
+    mapper.close()
+
+
+def test_in_worker_0_a_thread_stage_warns_about_duplicated_work(monkeypatch, caplog):
+    monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: _FakeWorkerInfo(0, 2))
+    flow = MultiThreadMapData(_ints(6), 2, _double, strict=True, ordered=True)
+    ds = to_torch(flow)
+    with caplog.at_level(logging.WARNING, logger="dataflow.torch"):
+        got = [dp[0].item() for dp in ds]
+    assert got == [0, 4, 8]  # worker 0's shard
+    assert caplog.messages == [
+        "to_torch: each of the 2 DataLoader workers runs its own copy of MultiThreadMapData and "
+        "keeps 1/2 of the results; use DataLoader(num_workers=0) and let the dataflow "
+        "parallelize."]
+    ds.close()
 
 
 def test_ordered_thread_stage_inside_dataloader_workers():

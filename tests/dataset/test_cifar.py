@@ -164,7 +164,7 @@ def test_download_size_is_checked(tmp_path, monkeypatch):
     with pytest.raises(DatasetNotFoundError, match="expected 170498071") as info:
         Cifar10("train", dir=dest)
     assert "cifar-10-batches-py" in str(info.value)
-    assert os.listdir(dest) == []
+    assert not dest.exists()  # no empty folder left behind
 
 
 def test_missing_without_network(tmp_path):

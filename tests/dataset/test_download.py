@@ -52,7 +52,7 @@ def test_download_wrong_size_leaves_nothing(tmp_path):
     src.write_bytes(b"abc")
     with pytest.raises(DownloadError, match=r"gave 3 bytes, expected 4"):
         download(src.as_uri(), tmp_path / "dst", "f.bin", expect_size=4)
-    assert os.listdir(tmp_path / "dst") == []
+    assert not (tmp_path / "dst").exists()  # the folder it made is removed too
 
 
 def test_download_empty_is_an_error(tmp_path):
@@ -60,7 +60,7 @@ def test_download_empty_is_an_error(tmp_path):
     src.write_bytes(b"")
     with pytest.raises(DownloadError, match="empty"):
         download(src.as_uri(), tmp_path / "dst")
-    assert os.listdir(tmp_path / "dst") == []
+    assert not (tmp_path / "dst").exists()
 
 
 class _BrokenResponse:
@@ -123,7 +123,7 @@ def test_ensure_files_error_names_files_url_and_folder(tmp_path):
     assert "http://example.invalid/base/a.gz" in msg
     assert repr(folder) in msg
     assert isinstance(info.value, FileNotFoundError)
-    assert _leftovers(folder) == []
+    assert not os.path.exists(folder)
 
 
 def test_ensure_files_keeps_present_files_whatever_their_size(tmp_path):
@@ -188,7 +188,7 @@ def test_download_checks_md5(tmp_path):
     good = "5d41402abc4b2a76b9719d911017c592"  # md5(b"hello")
     with pytest.raises(DownloadError, match=f"MD5 {good}, expected 0123"):
         download(src.as_uri(), tmp_path / "dst", expect_md5="0123")
-    assert os.listdir(tmp_path / "dst") == []
+    assert not (tmp_path / "dst").exists()
     download(src.as_uri(), tmp_path / "dst", expect_md5=good.upper())
     assert (tmp_path / "dst" / "src.bin").read_bytes() == b"hello"
 
@@ -198,3 +198,13 @@ def test_downloaded_file_is_world_readable(tmp_path):
     src.write_bytes(b"x")
     out = download(src.as_uri(), tmp_path / "dst")
     assert os.stat(out).st_mode & 0o777 == 0o644
+
+
+def test_failed_download_keeps_a_folder_that_existed(tmp_path):
+    (tmp_path / "dst").mkdir()
+    src = tmp_path / "src.bin"
+    src.write_bytes(b"abc")
+    with pytest.raises(DownloadError, match=r"gave 3 bytes, expected 4"):
+        download(src.as_uri(), tmp_path / "dst" / "a" / "b", "f.bin", expect_size=4)
+    assert sorted(os.listdir(tmp_path)) == ["dst", "src.bin"]
+    assert os.listdir(tmp_path / "dst") == []

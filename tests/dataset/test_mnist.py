@@ -98,7 +98,15 @@ def test_missing_files_without_network(tmp_path):
     assert "'train-images-idx3-ubyte.gz', 'train-labels-idx1-ubyte.gz'" in msg
     assert "http://yann.lecun.com/exdb/mnist/train-images-idx3-ubyte.gz" in msg
     assert repr(str(tmp_path / "empty")) in msg
-    assert os.listdir(tmp_path / "empty") == []
+    assert os.listdir(tmp_path) == []  # no folder is left behind
+
+
+def test_missing_files_leave_no_nested_folders_and_keep_existing_ones(tmp_path):
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(DatasetNotFoundError):
+        Mnist("train", dir=tmp_path / "kept" / "a" / "b")
+    assert os.listdir(tmp_path) == ["kept"]
+    assert os.listdir(tmp_path / "kept") == []
 
 
 def test_download_checks_known_sizes(mnist_dir, tmp_path, monkeypatch):
@@ -108,7 +116,7 @@ def test_download_checks_known_sizes(mnist_dir, tmp_path, monkeypatch):
     # the tiny files do not have MNIST's published sizes: refused, nothing left behind
     with pytest.raises(DatasetNotFoundError, match=r"expected 1648877"):
         Mnist("test", dir=dest)
-    assert os.listdir(dest) == []
+    assert not dest.exists()
     sizes = {name: os.path.getsize(source / name) for name in FILES["test"]}
     monkeypatch.setattr(Mnist, "_FILES", {**Mnist._FILES, "test": sizes})
     df = Mnist("test", dir=dest, shuffle=False)

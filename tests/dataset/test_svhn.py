@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import numpy as np
@@ -101,6 +100,6 @@ def test_download_is_checked_against_the_published_md5(tmp_path, monkeypatch):
     monkeypatch.setattr(SVHNDigit, "_URL_BASE", (tmp_path / "server").as_uri() + "/")
     with pytest.raises(DatasetNotFoundError, match="expected eb5a983be6a315427106f1b164d9cef3"):
         SVHNDigit("test", data_dir=tmp_path / "local")
-    assert os.listdir(tmp_path / "local") == []
+    assert not (tmp_path / "local").exists()
     monkeypatch.setattr(SVHNDigit, "_MD5", {})
     assert len(SVHNDigit("test", data_dir=tmp_path / "local")) == 2

@@ -39,12 +39,23 @@ def test_grayscale_exact():
         imgaug.Grayscale(keepdims=False, keepshape=True)
 
 
-def test_to_uint8_rounds_and_clips():
-    f = np.array([[-3.0, 0.4, 0.6, 254.5, 300.0]], np.float32)
+def test_to_uint8_clips_and_truncates_like_tensorpack():
+    f = np.array([[-3.0, 0.4, 0.6, 1.99, 254.5, 254.9, 300.0]], np.float32)
     out = imgaug.ToUint8().augment(f)
-    assert out.dtype == np.uint8 and out.tolist() == [[0, 0, 1, 254, 255]]
+    # np.clip(f, 0, 255).astype(np.uint8), what tensorpack's ToUint8 returns
+    assert out.dtype == np.uint8 and out.tolist() == [[0, 0, 0, 1, 254, 254, 255]]
+    f64 = np.array([[-0.5, 127.999]], np.float64)
+    assert imgaug.ToUint8().augment(f64).tolist() == [[0, 127]]
     u = np.array([[1, 2]], np.uint8)
     assert imgaug.ToUint8().augment(u) is u
+
+
+def test_to_uint8_round_true_rounds_half_to_even_then_clips():
+    f = np.array([[-3.0, 0.4, 0.6, 1.99, 254.5, 254.9, 300.0]], np.float32)
+    out = imgaug.ToUint8(round=True).augment(f)
+    assert out.dtype == np.uint8 and out.tolist() == [[0, 0, 1, 2, 254, 255, 255]]
+    with pytest.raises(TypeError, match=r"`round` must be a bool, got 1 \(type int\)"):
+        imgaug.ToUint8(round=1)
 
 
 def test_to_float32():

@@ -22,8 +22,13 @@ def test_check_image_messages():
 def test_check_coords_messages():
     with pytest.raises(ValueError, match=r"reshape\(-1, 2\)"):
         fn.check_coords(np.zeros((2, 3), np.float32))
-    with pytest.raises(TypeError, match="float dtype"):
-        fn.check_coords(np.zeros((2, 2), np.int32))
+    with pytest.raises(TypeError, match="must have a float or integer dtype, got bool"):
+        fn.check_coords(np.zeros((2, 2), np.bool_))
+    ints = np.array([[1, 2], [3, 4]], np.int32)
+    out = fn.check_coords(ints)
+    assert out.dtype == np.float32 and out.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    f64 = np.zeros((1, 2), np.float64)
+    assert fn.check_coords(f64) is f64
 
 
 def test_finish_rounds_and_saturates_uint8():

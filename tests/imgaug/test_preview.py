@@ -28,9 +28,9 @@ def test_preview_grid_and_points(tmp_path):
 def test_preview_validates(tmp_path):
     with pytest.raises(ValueError, match="`n` must be >= 1"):
         imgaug.preview(np.zeros((4, 4), np.uint8), [imgaug.Identity()], n=0, path=None)
-    with pytest.raises(TypeError, match="float dtype"):
+    with pytest.raises(TypeError, match="float or integer dtype, got complex128"):
         imgaug.preview(np.zeros((4, 4), np.uint8), [imgaug.Identity()],
-                       coords=np.zeros((1, 2), np.int64), path=None)
+                       coords=np.zeros((1, 2), np.complex128), path=None)
     grid = imgaug.preview(np.zeros((4, 4), np.float32), imgaug.Identity(), n=1, path=None,
                           include_original=False)
     assert grid.shape == (12, 12, 3)
@@ -81,11 +81,14 @@ def test_cli_with_generated_image_and_file(tmp_path, capsys):
 
 
 def test_cli_errors(tmp_path, capsys):
-    with pytest.raises(SystemExit):
-        preview_main(["-a", "Nope()", "-o", str(tmp_path / "x.png")])
-    assert "unknown augmentor 'Nope'" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        preview_main([str(tmp_path / "missing.png"), "-o", str(tmp_path / "x.png")])
-    assert "cannot read an image" in capsys.readouterr().err
+    assert preview_main(["-a", "Nope()", "-o", str(tmp_path / "x.png")]) == 2
+    assert capsys.readouterr().err == (
+        "python -m dataflow preview: error: -a/--augs: cannot parse augmentor 'Nope()': "
+        "ValueError: unknown augmentor 'Nope' in the spec. Write e.g. "
+        "\"ResizeShortestEdge(256); Flip(horiz=True); Brightness(30)\".\n")
+    missing = str(tmp_path / "missing.png")
+    assert preview_main([missing, "-o", str(tmp_path / "x.png")]) == 2
+    assert capsys.readouterr().err == (
+        f"python -m dataflow preview: error: cannot read an image from {missing!r}.\n")
     with pytest.raises(SystemExit):
         preview_main(["--coords", "1,2,3", "-o", str(tmp_path / "x.png")])

@@ -188,8 +188,8 @@ def test_coords_are_validated_with_clear_errors():
     t = FlipTransform(3, 4)
     with pytest.raises(ValueError, match=r"shape \(N, 2\).*got shape \(3,\)"):
         t.apply_coords(np.zeros(3, np.float32))
-    with pytest.raises(TypeError, match=r"float dtype, got int64.*astype\(np.float32\)"):
-        t.apply_coords(np.zeros((2, 2), np.int64))
+    with pytest.raises(TypeError, match=r"float or integer dtype, got bool.*astype\(np.float32\)"):
+        t.apply_coords(np.zeros((2, 2), np.bool_))
     with pytest.raises(TypeError, match="got list"):
         t.apply_coords([[1.0, 2.0]])
     assert t.apply_coords(np.zeros((0, 2), np.float32)).shape == (0, 2)
@@ -202,3 +202,16 @@ def test_bool_masks_keep_their_dtype():
     out = WarpAffineTransform(np.array([[1.0, 0, 1], [0, 1, 0]]), (2, 2)).apply_mask(mask)
     assert out.dtype == np.bool_ and out.tolist() == [[False, True], [False, False]]
     assert PhotometricTransform(np.negative).apply_boxes(np.zeros((1, 4))).shape == (1, 4)
+
+
+@pytest.mark.parametrize(("make", "expected"), [
+    (lambda: FlipTransform(3, 4), [[4.0, 0.0], [2.0, 1.0]]),
+    (lambda: ResizeTransform(3, 4, 6, 8, cv2.INTER_LINEAR), [[0.0, 0.0], [4.0, 2.0]]),
+    (lambda: NoOpTransform(), [[0.0, 0.0], [2.0, 1.0]]),
+    (lambda: TransformList([FlipTransform(3, 4), NoOpTransform()]), [[4.0, 0.0], [2.0, 1.0]]),
+])
+def test_integer_coords_are_accepted_and_come_back_float32(make, expected):
+    ints = np.array([[0, 0], [2, 1]], np.int64)  # tensorpack's transform demo passes ints
+    out = make().apply_coords(ints)
+    assert out.dtype == np.float32 and out.tolist() == expected
+    assert ints.tolist() == [[0, 0], [2, 1]]  # the input is untouched

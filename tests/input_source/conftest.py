@@ -6,13 +6,10 @@ Without TensorFlow (the ``tf`` extra) the tests of this directory are not collec
 from __future__ import annotations
 
 import importlib.util
-import os
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from tests.helpers import import_tensorflow_quietly
 
 if importlib.util.find_spec("tensorflow") is None:
     collect_ignore_glob = ["test_*.py"]
 else:
-    import tensorflow as tf
-
-    tf.get_logger().setLevel("ERROR")
+    import_tensorflow_quietly().get_logger().setLevel("ERROR")

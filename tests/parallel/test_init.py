@@ -45,9 +45,18 @@ def test_alias(alias, target):
     assert getattr(par, alias) is getattr(par, target)
 
 
+# older names that construct the current class with the older parameter names
+LEGACY = {"ThreadedMapData": "(ds, nr_thread=None, map_func=None, buffer_size=200, strict=False)"}
+
+
+@pytest.mark.parametrize("name", sorted(LEGACY))
+def test_legacy_signature(name):
+    assert _positional(getattr(par, name)).replace(" ", "") == LEGACY[name].replace(" ", "")
+
+
 def test_all_is_sorted_and_complete():
     assert par.__all__ == sorted(par.__all__)
-    assert set(par.__all__) == set(SIGNATURES) | set(ALIASES)
+    assert set(par.__all__) == set(SIGNATURES) | set(ALIASES) | set(LEGACY)
 
 
 @pytest.mark.parametrize(

@@ -464,7 +464,7 @@ def test_child_without_state_iterates_but_cannot_save(strict):
 
 @pytest.mark.parametrize("make", [
     lambda: RepeatedData(_thread(_src(5), jittery, buffer_size=2), 2),
-    lambda: _thread(LocallyShuffleData(_src(6), 3, seed=1), jittery, buffer_size=2),
+    lambda: _thread(LocallyShuffleData(_src(6), 3, seed=1, finite=True), jittery, buffer_size=2),
     lambda: _thread(BatchData(_src(9), 2, remainder=True), lambda b: [b[0].sum(), len(b[0])],
                     buffer_size=3),
 ], ids=["repeated", "local-shuffle-child", "over-batches"])
@@ -473,7 +473,7 @@ def test_more_compositions_resume_exactly(make):
 
 
 def test_non_strict_over_a_buffering_child_resumes_exactly():
-    check_resume(lambda: _thread(LocallyShuffleData(_src(5), 4, seed=2), jittery,
+    check_resume(lambda: _thread(LocallyShuffleData(_src(5), 4, seed=2, finite=True), jittery,
                                  strict=False, buffer_size=2), epochs=3, limit=4)
 
 

@@ -287,7 +287,8 @@ def test_readers_inside_wrappers(tmp_path):
     check_resume(lambda: RandomMixData([lmdb_reader(), tf_reader()], seed=5), epochs=3)
     check_resume(lambda: FixedSizeData(lmdb_reader(), 3, keep_state=False), epochs=3)
     check_resume(lambda: FixedSizeData(tf_reader(), 4), epochs=3)
-    check_resume(lambda: BatchData(LocallyShuffleData(tf_reader(), 3, seed=2), 2), epochs=2)
+    check_resume(lambda: BatchData(LocallyShuffleData(tf_reader(), 3, seed=2, finite=True), 2),
+                 epochs=2)
 
 
 # ---------------------------------------------------------------------------- epoch bounds

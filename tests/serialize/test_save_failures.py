@@ -1,4 +1,4 @@
-"""Failure injection: a failed save leaves neither a target nor a temporary file."""
+"""Failure injection: a failed save leaves no temporary file and an existing target as it was."""
 
 from __future__ import annotations
 
@@ -16,19 +16,19 @@ from tests.serialize._samples import FailingFlow, flow, listing
 
 
 def _lmdb(df, path, **kw):
-    LMDBSerializer.save(df, str(path), write_frequency=50, progress=False, **kw)
+    LMDBSerializer.save(df, str(path), write_frequency=50, **{"progress": False, **kw})
 
 
 def _tfrecord(df, path, **kw):
-    TFRecordSerializer.save(df, str(path), progress=False, **kw)
+    TFRecordSerializer.save(df, str(path), **{"progress": False, **kw})
 
 
 def _npz(df, path, **kw):
-    NumpySerializer.save(df, str(path), progress=False, **kw)
+    NumpySerializer.save(df, str(path), **{"progress": False, **kw})
 
 
 def _hdf5(df, path, **kw):
-    HDF5Serializer.save(df, str(path), ["x", "y"], progress=False, **kw)
+    HDF5Serializer.save(df, str(path), ["x", "y"], **{"progress": False, **kw})
 
 
 def _load(name, path):
@@ -54,18 +54,48 @@ def test_exception_from_the_flow_mid_save_leaves_nothing(tmp_path, name, exc):
 
 
 @pytest.mark.parametrize("name", SAVERS)
-def test_failed_overwrite_keeps_the_old_target(tmp_path, name):
+def test_failed_overwrite_leaves_the_old_file_byte_identical(tmp_path, name):
     SAVERS[name](flow(DPS[:3]), tmp_path / "out")
-    with pytest.raises(FileExistsError, match=r"'.*out' already exists; pass overwrite=True"):
-        SAVERS[name](flow(DPS[:4]), tmp_path / "out")
+    old = (tmp_path / "out").read_bytes()
     with pytest.raises(RuntimeError, match="source broke"):
         SAVERS[name](FailingFlow(DPS, 4000, RuntimeError("source broke")), tmp_path / "out",
                      overwrite=True)  # fmt: skip
     assert listing(tmp_path) == ["out"]
+    assert (tmp_path / "out").read_bytes() == old
     got = check_dataflow(_load(name, tmp_path / "out"), epochs=1)
     assert [int(dp[1]) for dp in got] == [0, 1, 2]
-    SAVERS[name](flow(DPS[:4]), tmp_path / "out", overwrite=True)
+
+
+@pytest.mark.parametrize("name", ["tfrecord", "npz", "hdf5"])
+def test_save_replaces_an_existing_file_like_tensorpack(tmp_path, name):
+    SAVERS[name](flow(DPS[:3]), tmp_path / "out")
+    SAVERS[name](flow(DPS[:4]), tmp_path / "out")  # a re-run preprocessing script
+    assert listing(tmp_path) == ["out"]
+    assert [int(dp[1]) for dp in check_dataflow(_load(name, tmp_path / "out"), epochs=1)] == [
+        0, 1, 2, 3]
+    with pytest.raises(FileExistsError, match=r"`path` '.*out' already exists; pass overwrite="):
+        SAVERS[name](flow(DPS[:5]), tmp_path / "out", overwrite=False)
     assert len(_load(name, tmp_path / "out")) == 4
+
+
+def test_lmdb_refuses_an_existing_database_like_tensorpack(tmp_path):
+    _lmdb(flow(DPS[:3]), tmp_path / "out")
+    with pytest.raises(FileExistsError, match=r"`path` '.*out' already exists; pass overwrite="):
+        _lmdb(flow(DPS[:4]), tmp_path / "out")
+    assert len(_load("lmdb", tmp_path / "out")) == 3
+    _lmdb(flow(DPS[:4]), tmp_path / "out", overwrite=True)
+    assert listing(tmp_path) == ["out"]
+    assert len(_load("lmdb", tmp_path / "out")) == 4
+
+
+@pytest.mark.parametrize("name", SAVERS)
+def test_missing_directory_raises_before_any_work_or_progress_bar(tmp_path, name, capfd):
+    target = tmp_path / "missing" / "out"
+    with pytest.raises(FileNotFoundError, match=r"the directory '.*missing' of `path` '.*out' "
+                       r"does not exist; create it first"):
+        SAVERS[name](flow(DPS[:3]), target, progress=True)
+    assert capfd.readouterr().err == ""
+    assert listing(tmp_path) == []
 
 
 @pytest.mark.parametrize("name", ["lmdb", "tfrecord", "npz"])

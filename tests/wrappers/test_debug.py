@@ -57,6 +57,17 @@ def test_test_data_speed_returns_rate_and_loops_epochs():
     assert flow.result.rate == rate
 
 
+def test_start_test_is_the_old_name_of_start(capsys):
+    seen = []
+    src = df.MapData(df.DataFromList([[i] for i in range(10)], shuffle=False),
+                     lambda dp: seen.append(dp[0]) or dp)
+    flow = df.TestDataSpeed(src, size=12, warmup=3)
+    rate = flow.start_test()  # tensorpack's scripts call it so
+    assert flow.result.items == 12 and flow.result.rate == rate
+    assert seen == [*range(10), *range(5)]  # 3 warm-up + 12 timed, across epochs
+    assert "12/12" in capsys.readouterr().err
+
+
 def test_test_data_speed_iter_yields_one_pass():
     flow = df.TestDataSpeed(df.DataFromList([[i] for i in range(4)], shuffle=False), size=3)
     assert list(flow) == [[0], [1], [2], [3]]

@@ -119,6 +119,7 @@ def download(
     target = os.path.join(dir, filename)
     if os.path.isfile(target) and (expect_size is None or os.path.getsize(target) == expect_size):
         return target
+    created = _missing_dirs(dir)
     os.makedirs(dir, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{filename}.", suffix=".part", dir=dir)
     try:
@@ -158,9 +159,27 @@ def download(
             os.remove(tmp)
         except OSError:
             pass
+        for d in created:  # a failed download leaves no empty folder behind
+            try:
+                os.rmdir(d)
+            except OSError:  # not empty (anymore): someone else uses it
+                break
         raise
     logger.info("Downloaded %s (%d bytes) to %s", url, size, target)
     return target
+
+
+def _missing_dirs(path: str) -> list[str]:
+    """The directories ``os.makedirs(path)`` would create, deepest first."""
+    out = []
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        out.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return out
 
 
 def _not_found(

@@ -10,7 +10,8 @@ Differences from tensorpack, on purpose:
 
 * nothing writes into its input: not the transforms (tensorpack's coordinate transforms and
   ``SaltPepperNoise``/``RandomCutout`` worked in place), not the kernels; crops return views;
-* uint8 results are rounded, not truncated, before saturation (``ToUint8`` too);
+* uint8 results are rounded, not truncated, before saturation (``ToUint8`` truncates like
+  tensorpack unless ``round=True``);
 * random streams are derived from :mod:`dataflow.rng` (seed, augmentor ordinal, worker id),
   never from time, pid or ``id()``; see :mod:`dataflow.imgaug.base`;
 * affine warps map coordinates in the same continuous frame as flips and resizes (tensorpack

@@ -47,12 +47,23 @@ class Grayscale(ColorSpace):
 
 
 class ToUint8(PhotometricAugmentor):
-    """Round, clip to [0, 255] and cast to uint8 (tensorpack truncated instead of rounding)."""
+    """Clip to [0, 255] and cast to uint8, truncating the fraction as tensorpack does
+    (``np.clip(img, 0, 255).astype(np.uint8)``: 254.9 becomes 254). ``round=True`` rounds to
+    the nearest integer first (254.5 becomes 254, 254.6 becomes 255). A uint8 image is
+    returned as it is."""
+
+    def __init__(self, round: bool = False) -> None:
+        super().__init__()
+        if not isinstance(round, bool):
+            raise TypeError(f"`round` must be a bool, got {round!r} (type {type(round).__name__}).")
+        self.round = round
 
     def _augment(self, img: np.ndarray, _: Any) -> np.ndarray:
         if img.dtype == np.uint8:
             return img
-        return fn.finish(img.astype(np.float64), np.dtype(np.uint8), True)
+        if self.round:
+            return fn.finish(img.astype(np.float64), np.dtype(np.uint8), True)
+        return np.clip(img, 0, 255).astype(np.uint8)
 
 
 class ToFloat32(PhotometricAugmentor):

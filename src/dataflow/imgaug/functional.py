@@ -79,7 +79,9 @@ def check_image(img: Any, name: str = "img") -> np.ndarray:
 
 
 def check_coords(coords: Any, name: str = "coords") -> np.ndarray:
-    """Raise a clear error unless ``coords`` is a float ``Nx2`` ndarray of (x, y)."""
+    """``coords`` as a float ``Nx2`` ndarray of (x, y), else a clear error. Integer
+    coordinates (tensorpack's own examples pass them) come back as a float32 copy; float ones
+    are returned as they are."""
     if not isinstance(coords, np.ndarray):
         raise TypeError(
             f"`{name}` must be a float numpy.ndarray of shape (N, 2) holding (x, y), got "
@@ -90,9 +92,11 @@ def check_coords(coords: Any, name: str = "coords") -> np.ndarray:
             f"`{name}` must have shape (N, 2) holding (x, y), got shape {coords.shape}; "
             f"reshape it with {name}.reshape(-1, 2)."
         )
+    if np.issubdtype(coords.dtype, np.integer):
+        return coords.astype(np.float32)
     if not np.issubdtype(coords.dtype, np.floating):
         raise TypeError(
-            f"`{name}` must have a float dtype, got {coords.dtype}; convert it with "
+            f"`{name}` must have a float or integer dtype, got {coords.dtype}; convert it with "
             f"{name}.astype(np.float32)."
         )
     return coords

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -133,9 +135,10 @@ def parse_augmentors(spec: str) -> list[ImageAugmentor]:
         try:
             node = ast.parse(part, mode="eval").body
             aug = _eval_node(node)
-        except (SyntaxError, ValueError, TypeError) as e:
+        except Exception as e:  # whatever the spec or the constructor it calls raised
             raise ValueError(
-                f"cannot parse augmentor {part!r}: {e}. Write e.g. "
+                f"cannot parse augmentor {part!r}: {type(e).__name__}: {str(e).rstrip('.')}. "
+                "Write e.g. "
                 "\"ResizeShortestEdge(256); Flip(horiz=True); Brightness(30)\"."
             ) from e
         if not isinstance(aug, ImageAugmentor):
@@ -174,10 +177,20 @@ def preview_main(argv: Sequence[str] | None = None) -> int:
                         help="points to follow, 'x1,y1;x2,y2' (the test image has its own)")
     parser.add_argument("--seed", type=int, default=None, help="seed for reproducible draws")
     args = parser.parse_args(argv)
+
+    def fail(message: str) -> int:  # one line on stderr, status 2 (a usage error)
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        return 2
+
     try:
         augs = parse_augmentors(args.augs)
     except ValueError as e:
-        parser.error(str(e))
+        return fail(f"-a/--augs: {e}")
+    if args.num < 1:
+        return fail(f"-n/--num must be >= 1, got {args.num}.")
+    out_dir = os.path.dirname(os.path.abspath(args.output))
+    if not os.path.isdir(out_dir):
+        return fail(f"-o/--output: the directory {out_dir!r} does not exist; create it first.")
     coords = args.coords
     if args.image is None:
         img, test_coords = make_test_image()
@@ -185,12 +198,15 @@ def preview_main(argv: Sequence[str] | None = None) -> int:
     else:
         bgr = cv2.imread(args.image, cv2.IMREAD_COLOR)
         if bgr is None:
-            parser.error(f"cannot read an image from {args.image!r}")
+            return fail(f"cannot read an image from {args.image!r}.")
         img = cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
     if args.seed is not None:
         from dataflow.rng import set_seed
 
         set_seed(args.seed)
-    preview(img, augs, n=args.num, coords=coords, path=args.output)
+    try:
+        preview(img, augs, n=args.num, coords=coords, path=args.output)
+    except (ValueError, TypeError) as e:  # e.g. an augmentor that cannot take this image
+        return fail(f"{type(e).__name__}: {e}")
     print(f"wrote {args.output}")
     return 0

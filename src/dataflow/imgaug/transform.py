@@ -1,7 +1,8 @@
 """Deterministic transforms: what an augmentor's ``get_transform(img)`` returns.
 
 A :class:`Transform` holds fully sampled parameters and applies them to every target the same
-way: ``apply_image(img)``, ``apply_coords(coords)`` (float ``Nx2`` of ``(x, y)``),
+way: ``apply_image(img)``, ``apply_coords(coords)`` (float ``Nx2`` of ``(x, y)``; integer
+coordinates are accepted and come back as float32),
 ``apply_boxes(boxes)`` (float ``Nx4`` XYXY, see :mod:`dataflow.imgaug.boxes`) and
 ``apply_mask(mask)`` (nearest-neighbour, any dtype). Applying the same transform twice gives the
 same result. Transforms never modify their inputs; crops return views of them.
@@ -84,7 +85,7 @@ class NoOpTransform(Transform):
         return img
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        return coords
+        return fn.check_coords(coords)  # (integer coordinates come back as float32)
 
 
 def _identity(x: Any) -> Any:
@@ -117,7 +118,7 @@ class ResizeTransform(Transform):
         return fn.resize(mask, self.new_h, self.new_w, cv2.INTER_NEAREST)
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        fn.check_coords(coords)
+        coords = fn.check_coords(coords)
         return fn.resize_coords(coords, self.new_w / self.w, self.new_h / self.h)
 
 
@@ -138,7 +139,7 @@ class CropTransform(Transform):
     apply_mask = apply_image
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        fn.check_coords(coords)
+        coords = fn.check_coords(coords)
         return fn.shift_coords(coords, -self.x0, -self.y0)
 
 
@@ -154,7 +155,7 @@ class FlipTransform(Transform):
     apply_mask = apply_image
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        fn.check_coords(coords)
+        coords = fn.check_coords(coords)
         return fn.flip_coords(coords, self.h, self.w, self.horiz)
 
 
@@ -167,7 +168,7 @@ class TransposeTransform(Transform):
     apply_mask = apply_image
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        fn.check_coords(coords)
+        coords = fn.check_coords(coords)
         return fn.transpose_coords(coords)
 
 
@@ -198,7 +199,7 @@ class WarpAffineTransform(Transform):
         return fn.warp_affine(mask, self.mat, self.dsize, cv2.INTER_NEAREST, cv2.BORDER_CONSTANT, 0)
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        fn.check_coords(coords)
+        coords = fn.check_coords(coords)
         return fn.affine_coords(coords, self.mat)
 
 
@@ -231,7 +232,7 @@ class PasteTransform(Transform):
         return fn.paste(mask, bg, self.y0, self.x0)
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        fn.check_coords(coords)
+        coords = fn.check_coords(coords)
         return fn.shift_coords(coords, self.x0, self.y0)
 
 
@@ -245,7 +246,7 @@ class PhotometricTransform(Transform):
         return self.func(img)
 
     def apply_coords(self, coords: np.ndarray) -> np.ndarray:
-        return coords
+        return fn.check_coords(coords)  # (integer coordinates come back as float32)
 
     def apply_boxes(self, boxes: np.ndarray) -> np.ndarray:
         return boxes

@@ -26,6 +26,9 @@ after its last delivered datapoint; ``RemoteDataZMQ`` saves its counters only. E
 ``state_dict()`` docstring says what is exact.
 """
 
+from collections.abc import Callable
+from typing import Any
+
 from dataflow.parallel.process import MultiProcessPrefetchData, MultiProcessRunner, PrefetchData
 from dataflow.parallel.remote import RemoteDataZMQ, send_dataflow_zmq
 from dataflow.parallel.thread import MultiThreadMapData, MultiThreadPrefetchData, MultiThreadRunner
@@ -36,6 +39,22 @@ from dataflow.parallel.zmq_map import (
     MultiProcessMapDataZMQ,
 )
 from dataflow.parallel.zmq_runner import MultiProcessRunnerZMQ, PrefetchDataZMQ
+
+
+def ThreadedMapData(
+    ds: Any,
+    nr_thread: int | None = None,
+    map_func: Callable[[Any], Any] | None = None,
+    buffer_size: int = 200,
+    strict: bool = False,
+    *,
+    ordered: bool = False,
+) -> MultiThreadMapData:
+    """tensorpack's older name of :class:`MultiThreadMapData`, with its older parameter name
+    (``nr_thread``, now ``num_thread``): old scripts call
+    ``ThreadedMapData(ds, nr_thread=25, map_func=f, buffer_size=1000)``."""
+    return MultiThreadMapData(ds, nr_thread, map_func, buffer_size=buffer_size, strict=strict,
+                              ordered=ordered)
 
 __all__ = [
     "MultiProcessMapAndBatchData",
@@ -51,5 +70,6 @@ __all__ = [
     "PrefetchData",
     "PrefetchDataZMQ",
     "RemoteDataZMQ",
+    "ThreadedMapData",
     "send_dataflow_zmq",
 ]

@@ -76,7 +76,7 @@ class MultiThreadRunner(RunnerBase):
 
     ``state_dict()`` saves counters only: the threads' flows are independent copies, so a
     restore cannot be exact; the restored epoch yields the datapoints it had left (see
-    :meth:`RunnerBase.state_dict <dataflow.parallel._base.RunnerBase.state_dict>`).
+    :meth:`RunnerBase.state_dict <dataflow.parallel._runner.RunnerBase.state_dict>`).
     """
 
     @renamed_kwargs(nr_prefetch="num_prefetch", nr_thread="num_thread")

@@ -1,15 +1,18 @@
 """Serializers (save a DataFlow to a file, load it back) and format readers.
 
 * :class:`LMDBSerializer` / :class:`LMDBData` / :class:`LMDBDataDecoder` / :func:`CaffeLMDB`
+  (and :func:`LMDBDataPoint`, tensorpack's older name of ``LMDBSerializer.load``)
 * :class:`TFRecordSerializer` / :class:`TFRecordData`
 * :class:`NumpySerializer`
 * :class:`HDF5Serializer` / :class:`HDF5Data`
-* :class:`SVMLightData` (needs scikit-learn)
+* :class:`SVMLightData`
 * :func:`dumps` / :func:`loads`: the datapoint codec (pickle protocol 5, or msgpack)
 
 On-disk layouts are tensorpack's, so files are exchangeable in both directions. Saves are
-atomic (a temporary file renamed on success) and refuse an existing target unless
-``overwrite=True``. lmdb, h5py and tensorflow are imported only when used.
+atomic (a temporary file renamed on success, so a failed save leaves an existing file as it
+was). As in tensorpack, the NumPy, HDF5 and TFRecord saves replace an existing file
+(``overwrite=False`` refuses it) and the LMDB save refuses one (``overwrite=True`` replaces
+it). lmdb, h5py and tensorflow are imported only when used.
 """
 
 from dataflow.serialize._atomic import CorruptFileError
@@ -17,7 +20,7 @@ from dataflow.serialize.caffe_format import CaffeLMDB
 from dataflow.serialize.codec import dumps, loads
 from dataflow.serialize.hdf5_format import HDF5Data, HDF5Serializer
 from dataflow.serialize.lmdb_data import LMDBData, LMDBDataDecoder
-from dataflow.serialize.lmdb_format import LMDBSerializer
+from dataflow.serialize.lmdb_format import LMDBDataPoint, LMDBSerializer
 from dataflow.serialize.npz_format import NumpySerializer
 from dataflow.serialize.svmlight_format import SVMLightData
 from dataflow.serialize.tfrecord_format import TFRecordData, TFRecordSerializer
@@ -29,6 +32,7 @@ __all__ = [
     "HDF5Serializer",
     "LMDBData",
     "LMDBDataDecoder",
+    "LMDBDataPoint",
     "LMDBSerializer",
     "NumpySerializer",
     "SVMLightData",

@@ -1,18 +1,10 @@
-"""Shared plumbing of the serializers: atomic targets, path checks, optional imports, errors.
-
-A save writes to a hidden temporary file in the target's directory and renames it onto the
-target only after everything was written and synced. Any exception (from the dataflow, the
-codec or the disk; ``KeyboardInterrupt`` included) removes the temporary file, so a failed save
-leaves neither a target nor a temporary file behind.
-"""
+"""Shared plumbing of the serializers: source path checks, optional imports, progress bars and
+errors. (Atomic saves have their own module, :mod:`dataflow.serialize._atomic_write`.)"""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from dataflow.errors import CorruptFileError
@@ -20,15 +12,12 @@ from dataflow.errors import CorruptFileError
 __all__ = [
     "CorruptFileError",
     "ProgressMeter",
-    "atomic_target",
     "check_data_paths",
-    "check_overwrite",
     "check_source_path",
     "describe",
     "import_optional",
     "reset_and_len",
     "serialize_error",
-    "sync_file",
 ]
 
 _EXTRAS = {"lmdb": "lmdb", "h5py": "hdf5", "tensorflow": "tf", "cv2": "imgaug"}
@@ -58,60 +47,6 @@ def check_source_path(path: Any, what: str, param: str = "path") -> str:
     if not os.path.exists(p):
         raise FileNotFoundError(f"{what}: `{param}` {p!r} does not exist; check the path.")
     return p
-
-
-def check_overwrite(target: str, overwrite: bool, what: str) -> None:
-    if os.path.lexists(target) and not overwrite:
-        raise FileExistsError(
-            f"{what}: {target!r} already exists; pass overwrite=True to replace it, or choose "
-            "another path."
-        )
-    if os.path.isdir(target):
-        raise IsADirectoryError(f"{what}: {target!r} is a directory; give a file path instead.")
-
-
-def sync_file(fileno: int) -> None:
-    """Flush a file's data to disk before it is renamed into place (``fdatasync`` where the
-    platform has it: the data and the size, without other metadata)."""
-    getattr(os, "fdatasync", os.fsync)(fileno)
-
-
-def _fsync_dir(directory: str) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:  # not supported on this platform
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-@contextlib.contextmanager
-def atomic_target(target: str) -> Iterator[str]:
-    """Yield a temporary path next to ``target``; rename it onto ``target`` on success.
-
-    The caller writes (and flushes/syncs) the temporary file inside the ``with`` block. On any
-    exception the temporary file (and an LMDB ``-lock`` sibling) is removed and the exception
-    propagates; ``target`` is untouched.
-    """
-    directory = os.path.dirname(os.path.abspath(target)) or "."
-    if not os.path.isdir(directory):
-        raise FileNotFoundError(
-            f"the directory {directory!r} of {target!r} does not exist; create it first."
-        )
-    tmp = os.path.join(directory, f".{os.path.basename(target)}.tmp-{uuid.uuid4().hex[:12]}")
-    try:
-        yield tmp
-        os.replace(tmp, target)
-    except BaseException:
-        for p in (tmp, tmp + "-lock"):
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(p)
-        raise
-    _fsync_dir(directory)
 
 
 def check_data_paths(data_paths: Any) -> list[str]:

@@ -27,15 +27,13 @@ from dataflow.base import DataFlowReentrantGuard, RNGDataFlow
 from dataflow.serialize._atomic import (
     CorruptFileError,
     ProgressMeter,
-    atomic_target,
     check_data_paths,
-    check_overwrite,
     check_source_path,
     describe,
     import_optional,
     reset_and_len,
-    sync_file,
 )
+from dataflow.serialize._atomic_write import atomic_output, check_output
 from dataflow.state import ReaderState
 
 __all__ = ["HDF5Data", "HDF5Serializer"]
@@ -284,26 +282,27 @@ class HDF5Serializer:
         path: str | os.PathLike,
         data_paths: list[str],
         *,
-        overwrite: bool = False,
+        overwrite: bool = True,
         progress: bool = True,
     ) -> None:
-        """Write one epoch of ``df`` (after ``df.reset_state()``) to ``path`` atomically."""
+        """Write one epoch of ``df`` (after ``df.reset_state()``) to ``path`` atomically.
+
+        An existing file is replaced, as in tensorpack (a re-run preprocessing script works),
+        but only once the new one is complete: until then, and if the save fails, the old file
+        stays as it was. ``overwrite=False`` refuses an existing file (FileExistsError).
+        """
         h5py = import_optional("h5py", "HDF5Serializer")
-        path = os.fspath(path)
         paths = check_data_paths(data_paths)
-        check_overwrite(path, overwrite, "HDF5Serializer.save")
+        what = "HDF5Serializer.save"
+        path = check_output(os.fspath(path), what, overwrite)
         size = reset_and_len(df, "HDF5Serializer.save")
         meter = ProgressMeter(f"HDF5 {os.path.basename(path)}", size, progress)
         try:
-            with atomic_target(path) as tmp, open(tmp, "w+b", buffering=0) as raw:
+            with atomic_output(path, what, overwrite) as tmp, open(tmp, "w+b", buffering=0) as raw:
                 guarded = _GuardedFile(raw)
                 with h5py.File(guarded, "w") as f:
                     _write_rows(f, df, paths, meter, guarded)
                 guarded.check()
-                sync_file(raw.fileno())
-                raw.close()
-                if os.path.lexists(path) and not overwrite:
-                    check_overwrite(path, overwrite, "HDF5Serializer.save")
         finally:
             meter.close()
 

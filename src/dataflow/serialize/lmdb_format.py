@@ -28,16 +28,15 @@ from typing import Any
 
 from dataflow.serialize._atomic import (
     ProgressMeter,
-    atomic_target,
-    check_overwrite,
     import_optional,
     reset_and_len,
     serialize_error,
 )
+from dataflow.serialize._atomic_write import atomic_output, check_output
 from dataflow.serialize.codec import get_dumps
 from dataflow.serialize.lmdb_data import KEYS_KEY, LMDBData, _lmdb_loader
 
-__all__ = ["LMDBSerializer"]
+__all__ = ["LMDBDataPoint", "LMDBSerializer"]
 
 _DEFAULT_MAP_SIZE = 1 << 40 if sys.platform.startswith("linux") and sys.maxsize > 2**32 else 1 << 27
 _MAX_TXN_BYTES = 64 << 20
@@ -161,13 +160,12 @@ class LMDBSerializer:
         elif not isinstance(map_size, int) or map_size < 4096:
             raise ValueError(f"`map_size` must be an int >= 4096 bytes, got {map_size!r}")
         dumps = get_dumps(codec)
-        target = _target_file(path)
-        check_overwrite(target, overwrite, "LMDBSerializer.save")
+        target = check_output(_target_file(path), "LMDBSerializer.save", overwrite)
         lmdb = import_optional("lmdb", "LMDBSerializer")
         size = reset_and_len(df, "LMDBSerializer.save")
         meter = ProgressMeter(f"LMDB {os.path.basename(path)}", size, progress)
         try:
-            with atomic_target(target) as tmp:
+            with atomic_output(target, "LMDBSerializer.save", overwrite) as tmp:
                 writer = _LMDBWriter(tmp, map_size)
                 try:
                     n = _write_all(df, writer, dumps, write_frequency, meter)
@@ -184,8 +182,6 @@ class LMDBSerializer:
                 except BaseException:
                     writer.abort()
                     raise
-                if os.path.lexists(target) and not overwrite:  # appeared while we wrote
-                    check_overwrite(target, overwrite, "LMDBSerializer.save")
         finally:
             meter.close()
 
@@ -229,3 +225,12 @@ def _write_all(df: Any, writer: _LMDBWriter, dumps: Any, write_frequency: int, m
         total_bytes += nbytes
     meter.update(idx - shown, total_bytes - shown_bytes)
     return idx
+
+
+def LMDBDataPoint(
+    lmdb_path: str | os.PathLike, shuffle: bool = True, *, seed: int | None = None
+) -> LMDBData:
+    """tensorpack's older reader of LMDBs holding serialized datapoints (deprecated there in
+    favour of ``LMDBSerializer.load``, which it equals): the saved datapoints of ``lmdb_path``.
+    """
+    return LMDBSerializer.load(lmdb_path, shuffle, seed=seed)

@@ -13,8 +13,8 @@ Differences from tensorpack, on purpose:
   ``list``/``dict`` objects (tensorpack's ``np.asarray(dps, dtype=object)`` could build a 2-D or
   deeper array and loaded rows were object ndarrays; such files still load, rows become lists).
 * The file is written exactly at ``path`` (NumPy appends ``.npz`` to a bare path; ``load``
-  still finds ``path + '.npz'``), atomically, refusing an existing file unless
-  ``overwrite=True``.
+  still finds ``path + '.npz'``), atomically: an existing file is replaced only once the new
+  one is complete.
 
 It is the slowest serializer (everything is compressed in one piece); prefer LMDB or TFRecord.
 """
@@ -32,12 +32,10 @@ from dataflow.base import DataFlowReentrantGuard, RNGDataFlow
 from dataflow.serialize._atomic import (
     CorruptFileError,
     ProgressMeter,
-    atomic_target,
-    check_overwrite,
     reset_and_len,
     serialize_error,
-    sync_file,
 )
+from dataflow.serialize._atomic_write import atomic_output, check_output
 from dataflow.serialize.codec import dump_pickle, dumps, load_pickle
 from dataflow.state import ReaderState
 
@@ -141,11 +139,16 @@ class NumpySerializer:
 
     @staticmethod
     def save(
-        df: Any, path: str | os.PathLike, *, overwrite: bool = False, progress: bool = True
+        df: Any, path: str | os.PathLike, *, overwrite: bool = True, progress: bool = True
     ) -> None:
-        """Write one epoch of ``df`` (after ``df.reset_state()``) to ``path`` atomically."""
-        path = os.fspath(path)
-        check_overwrite(path, overwrite, "NumpySerializer.save")
+        """Write one epoch of ``df`` (after ``df.reset_state()``) to ``path`` atomically.
+
+        An existing file is replaced, as in tensorpack (a re-run preprocessing script works),
+        but only once the new one is complete: until then, and if the save fails, the old file
+        stays as it was. ``overwrite=False`` refuses an existing file (FileExistsError).
+        """
+        what = "NumpySerializer.save"
+        path = check_output(os.fspath(path), what, overwrite)
         size = reset_and_len(df, "NumpySerializer.save")
         meter = ProgressMeter(f"npz {os.path.basename(path)}", size, progress)
         try:
@@ -154,17 +157,12 @@ class NumpySerializer:
             buf = np.empty(len(dps), dtype=object)
             for i, dp in enumerate(dps):
                 buf[i] = dp
-            with atomic_target(path) as tmp, open(tmp, "wb") as f:
+            with atomic_output(path, what, overwrite) as tmp, open(tmp, "wb") as f:
                 try:
                     _write_npz(f, buf)
                 except Exception as e:
                     _raise_unserializable(dps, e)
                     raise
-                f.flush()
-                sync_file(f.fileno())
-                f.close()
-                if os.path.lexists(path) and not overwrite:
-                    check_overwrite(path, overwrite, "NumpySerializer.save")
         finally:
             meter.close()
 

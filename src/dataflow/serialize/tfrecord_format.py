@@ -35,14 +35,12 @@ from dataflow.base import DataFlow, DataFlowReentrantGuard
 from dataflow.serialize._atomic import (
     CorruptFileError,
     ProgressMeter,
-    atomic_target,
-    check_overwrite,
     check_source_path,
     import_optional,
     reset_and_len,
     serialize_error,
-    sync_file,
 )
+from dataflow.serialize._atomic_write import atomic_output, check_output
 from dataflow.serialize._tfrecord_io import _BATCH_BYTES, _BATCH_RECORDS, frame_records, map_file
 from dataflow.serialize._tfrecord_io import Scanner as _Scanner
 from dataflow.serialize.codec import get_dumps, get_loads, sniff_codec
@@ -270,22 +268,25 @@ class TFRecordSerializer:
         df: Any,
         path: str | os.PathLike,
         *,
-        overwrite: bool = False,
+        overwrite: bool = True,
         codec: str = "pickle",
         progress: bool = True,
     ) -> None:
         """Write one epoch of ``df`` (after ``df.reset_state()``) to the TFRecord file ``path``.
 
         Streams with bounded memory (batches of <= 1024 records / 8 MB); no TensorFlow needed.
-        Atomic: a temporary file is renamed onto ``path`` once complete and synced.
+        Atomic: a temporary file is renamed onto ``path`` once complete and synced. An existing
+        file is replaced, as in tensorpack (a re-run preprocessing script works), but only then:
+        until then, and if the save fails, the old file stays as it was. ``overwrite=False``
+        refuses an existing file (FileExistsError).
         """
-        path = os.fspath(path)
         dumps = get_dumps(codec)
-        check_overwrite(path, overwrite, "TFRecordSerializer.save")
+        what = "TFRecordSerializer.save"
+        path = check_output(os.fspath(path), what, overwrite)
         size = reset_and_len(df, "TFRecordSerializer.save")
         meter = ProgressMeter(f"TFRecord {os.path.basename(path)}", size, progress)
         try:
-            with atomic_target(path) as tmp, open(tmp, "wb") as f:
+            with atomic_output(path, what, overwrite) as tmp, open(tmp, "wb") as f:
                 batch: list[bytes] = []
                 nbytes = 0
                 for idx, dp in enumerate(df):
@@ -302,11 +303,6 @@ class TFRecordSerializer:
                 if batch:
                     f.write(frame_records(batch))
                     meter.update(len(batch), nbytes)
-                f.flush()
-                sync_file(f.fileno())
-                f.close()  # before the rename
-                if os.path.lexists(path) and not overwrite:
-                    check_overwrite(path, overwrite, "TFRecordSerializer.save")
         finally:
             meter.close()
 

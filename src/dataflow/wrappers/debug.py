@@ -175,6 +175,10 @@ class TestDataSpeed(ProxyDataFlow):
         self.result = SpeedResult(n, seconds)
         return self.result.rate
 
+    def start_test(self, *, progress: bool = True) -> float:
+        """tensorpack's older name of :meth:`start` (same behaviour and result)."""
+        return self.start(progress=progress)
+
     def __iter__(self) -> Iterator[Any]:
         self.start()
         yield from self.ds

@@ -32,9 +32,15 @@ class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
     shuffled every ``shuffle_interval`` incoming datapoints (default ``max(1, buffer_size // 3)``).
     The buffer and the position in ``ds`` persist across epochs, so epochs mix at the boundary.
 
-    Differences from tensorpack: any ``buffer_size >= 1`` works, and each ``__iter__`` yields
-    exactly ``len(ds) * num_reuse`` datapoints when ``len(ds)`` is known (so ``len`` is accurate),
-    forever otherwise. Non-reentrant.
+    As in tensorpack, iteration is **endless** by default, although ``len()`` reports
+    ``len(ds) * num_reuse`` (scripts take ``itertools.islice(flow, n)`` over many epochs, or
+    let the trainer count steps). To take one epoch's worth: ``itertools.islice(flow,
+    len(flow))``, or ``finite=True``: then each ``__iter__`` yields exactly ``len(ds) *
+    num_reuse`` datapoints and stops (endless anyway when ``len(ds)`` is unknown), and the next
+    one continues from the same buffer.
+
+    Differences from tensorpack: any ``buffer_size >= 1`` works, and ``finite=True`` exists.
+    Non-reentrant.
     """
 
     profile_hint = "buffer"
@@ -47,8 +53,14 @@ class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
         shuffle_interval: int | None = None,
         *,
         seed: int | None = None,
+        finite: bool = False,
     ) -> None:
         ProxyDataFlow.__init__(self, ds)
+        if not isinstance(finite, bool):
+            raise TypeError(
+                f"`finite` must be a bool, got {finite!r} (type {type(finite).__name__}); "
+                "finite=True stops each iteration after len(ds) * num_reuse datapoints."
+            )
         for name, value in (("buffer_size", buffer_size), ("num_reuse", num_reuse)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"`{name}` must be an int >= 1, got {value!r}.")
@@ -64,6 +76,7 @@ class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
         self.num_reuse = num_reuse
         self.shuffle_interval = shuffle_interval
         self.seed = seed
+        self.finite = finite
         self._guard = DataFlowReentrantGuard("LocallyShuffleData")
         self._buffer: deque[Any] = deque(maxlen=buffer_size)
         self._repeat = RepeatedData(ds, -1)  # ds, epoch after epoch
@@ -99,10 +112,12 @@ class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
     def _run(self, token: object, start: int) -> Iterator[Any]:
         with self._guard:
             try:
-                try:
-                    remaining: int | None = len(self) - start
-                except UnknownLengthError:
-                    remaining = None
+                remaining: int | None = None  # endless, as in tensorpack
+                if self.finite:
+                    try:
+                        remaining = len(self) - start
+                    except UnknownLengthError:
+                        remaining = None
                 source, buf = self._source, self._buffer
                 assert source is not None
                 reuse, interval, size = self.num_reuse, self.shuffle_interval, self.buffer_size
