@@ -42,13 +42,13 @@ def test_demo_profile_counts_every_stage_and_one_proc_is_singular(capsys):
     assert "MultiProcessMapDataZMQ(decode, crop, flip, lighting; 1 proc) -> BatchData(8)" in out
     items = _profile_rows(out)
     assert list(items) == ["BatchData", "MultiProcessMapDataZMQ", "LocallyShuffleData",
-                           "_LoadedLMDBData"]
+                           "LMDBData"]
     assert items["BatchData"] == PROFILE_BATCHES == 20
     assert items["MultiProcessMapDataZMQ"] == 20 * 8
     # the mapper reads ahead by its in-flight buffer, so the stage below it delivered more
     assert items["LocallyShuffleData"] >= 160
     # everything the LMDB reader gave is delivered or still in the 256-item shuffle buffer
-    assert items["_LoadedLMDBData"] == items["LocallyShuffleData"] + 256
+    assert items["LMDBData"] == items["LocallyShuffleData"] + 256
 
 
 def test_demo_data_is_real_jpeg_and_seeded():

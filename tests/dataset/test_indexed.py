@@ -51,7 +51,9 @@ def test_seed_reproduces_every_epoch_and_epochs_differ():
 def test_counters_and_resume_from_position():
     df = Tiny(n=5, seed=0)
     df.reset_state()
-    full = _epoch(Tiny(n=5, seed=0))
+    ref = Tiny(n=5, seed=0)
+    ref.reset_state()
+    full = _epoch(ref)
     it = iter(df)
     assert [next(it)[0], next(it)[0]] == full[:2]
     assert (df._epoch, df._position) == (0, 2)

@@ -91,7 +91,9 @@ def test_map_loop_answers_every_index_even_on_error():
     map_loop(lambda: chunks.pop(0), sent.append, f, 2, "S", (0, ()))
     assert sent[0][0] == ERROR
     assert sent[0][2].index == 1
-    assert sent[1] == (DATA, 2, [(0, [2]), (1, None), (2, [4])])
+    assert sent[1][:3] == (DATA, 2, [(0, [2]), (1, None), (2, [4])])
+    start, end = sent[1][3]  # when the chunk was mapped, for the profiler
+    assert 0 < start <= end
 
 
 def test_runner_stream_stops_when_all_workers_ended():
