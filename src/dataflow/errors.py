@@ -13,6 +13,7 @@ __all__ = [
     "DataFlowTerminated",
     "DatasetNotFoundError",
     "DownloadError",
+    "ErrorBudgetError",
     "NoneResultError",
     "ReconstructedError",
     "StateMismatchError",
@@ -127,3 +128,8 @@ class DownloadError(DataFlowError, OSError):
 class NoneResultError(DataFlowError, ValueError):
     """A strict parallel mapper's ``map_func`` returned ``None`` (a strict epoch must hold a
     result for every input)."""
+
+
+class ErrorBudgetError(DataFlowError, RuntimeError):
+    """A map stage with ``on_error="skip"`` or ``"warn"`` skipped more inputs in one epoch than
+    its ``max_errors`` allows; the message summarizes the failures."""

@@ -51,7 +51,7 @@ def check_callable(func: Any, name: str, example: str = "lambda dp: dp") -> Call
     """``func`` if it is callable, else a ``TypeError``."""
     if not callable(func):
         raise TypeError(
-            f"`{name}` must be a callable, got {func!r} (type {type(func).__name__}); pass "
+            f"`{name}` must be callable, got {func!r} (type {type(func).__name__}); pass "
             f"e.g. {name}={example}."
         )
     return func

@@ -207,3 +207,11 @@ def tag_worker(x: Any) -> list:
     worker takes part)."""
     time.sleep(0.002)
     return [_rng.get_worker_info(), x]
+
+
+def die_at_7(dp: list) -> list:
+    """Kills the worker mapping input 7 (a poison input)."""
+    if dp[0] == 7:
+        os.kill(os.getpid(), 9)
+    time.sleep(0.001)
+    return dp

@@ -259,7 +259,7 @@ def test_bad_worker_count_names_the_parameter(factory, arg, value):
 
 
 def test_bad_map_func_and_buffer():
-    with pytest.raises(TypeError, match="`map_func` must be a callable"):
+    with pytest.raises(TypeError, match="`map_func` must be callable"):
         MultiThreadMapData(flows.Range(1), 2, None)
     with pytest.raises(ValueError, match="`buffer_size` must be a positive int, got 0"):
         MultiProcessMapDataZMQ(flows.Range(1), 2, flows.double, buffer_size=0)

@@ -78,8 +78,8 @@ def test_shared_memory_can_be_disabled():
         assert [int(dp[1][0, 0, 0]) for dp in r] == [0, 1]
 
 
-def test_sigkill_of_a_worker_surfaces():
-    with MultiProcessRunnerZMQ(flows.Range(10**6), 2) as r:
+def test_sigkill_of_a_worker_surfaces_when_it_may_not_be_replaced():
+    with MultiProcessRunnerZMQ(flows.Range(10**6), 2, max_restarts=0) as r:
         r.reset_state()
         it = iter(r)
         next(it)
@@ -92,6 +92,7 @@ def test_sigkill_of_a_worker_surfaces():
         assert time.monotonic() - start < 5
     assert ei.value.worker_id == 1
     assert f"pid {victim}" in str(ei.value)
+    assert "It was not replaced: 0 worker(s) were replaced already" in str(ei.value)
 
 
 def test_unpicklable_datapoint_is_reported():

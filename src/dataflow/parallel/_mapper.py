@@ -27,6 +27,7 @@ from dataflow.parallel._scheduler import (
     repeat_passes,
     skip_delivered,
 )
+from dataflow.policy import make_policy
 from dataflow.state import EpochCounter, Pacer, check_state, child_state, finished, state_done
 from dataflow.validation import check_callable, check_positive_int, known_length
 
@@ -146,6 +147,8 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         buffer_size: int,
         strict: bool,
         ordered: bool,
+        on_error: str = "raise",
+        max_errors: int | float | None = None,
     ) -> None:
         ProxyDataFlow.__init__(self, ds)
         _check_order(type(self).__name__, self._worker_arg, num_workers, map_func)
@@ -154,6 +157,9 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         self.buffer_size = check_positive_int(buffer_size, "buffer_size", 200)
         self.strict = bool(strict)
         self.ordered = bool(ordered)
+        self.on_error, self.max_errors = on_error, max_errors
+        self.error_policy = make_policy(type(self).__name__, on_error, max_errors)
+        self._errors_restored = False  # a restored epoch goes on counting its errors
         self._sched: MapScheduler | None = None
         self._checkpoints = Checkpoints(self.ds, self.buffer_size, self.strict)
         self._inputs: tuple[int, tuple[int, ...]] = (0, ())  # the inputs' seed, set on reset
@@ -190,6 +196,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         self._inputs = (int(seq.entropy), tuple(int(k) for k in seq.spawn_key))
         self._start_or_clean()
         self._sched = self._make_scheduler()
+        self._sched.policy = self.error_policy
         self._checkpoints.first_undelivered = self._sched.first_undelivered
         self.trace_workers(self._recorder)
         if not self.strict:
@@ -201,6 +208,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         sched = self._sched
         assert sched is not None
         ckpt = self._checkpoints
+        self._policy_epoch()  # a stream counts its errors over all of it
         if self._resume_progress is None:
             ckpt.start(0)
             sched.set_source(ckpt.read(repeat_enumerate(self.ds), 0))
@@ -211,6 +219,17 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             sched.start_epoch(source, read, pending, origin=cpos)
             ckpt.reset(cpos, self._resume_child)
             self._resume_progress = None
+
+    def _policy_epoch(self) -> None:
+        """The bad-sample counts of a new pass (or stream), or of the restored one."""
+        policy = self.error_policy
+        if policy is not None:
+            size = known_length(self.ds) if self.strict else None
+            if self._errors_restored:
+                policy.continue_epoch(size)
+            else:
+                policy.begin_epoch(size)
+        self._errors_restored = False
 
     def __len__(self) -> int:
         return len(self.ds)
@@ -240,6 +259,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         sched = self._sched
         assert sched is not None
         if self.strict:  # the pass of ds begins now, with this iterator
+            self._policy_epoch()
             ckpt = self._checkpoints
             epoch = self._epoch - 1
             if restored and self._resume_progress is not None:
@@ -337,6 +357,8 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
                 "load_state_dict() for it."
             )
         state.update(child_pos=cpos, read=read, pending=pending, child=child)
+        if self.error_policy is not None:
+            state["errors"] = self.error_policy.state()
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -353,6 +375,9 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         self.restore_epoch(state)
         self.ds.load_state_dict(state["child"])
         self._resume_child = state["child"]
+        if self.error_policy is not None:
+            self.error_policy.load(state.get("errors"))
+            self._errors_restored = not state["done"] or not self.strict
         if self.strict:
             self._resume_progress = None if state["done"] else progress
         else:

@@ -248,6 +248,11 @@ DRAIN_SECONDS = 1.0
 DRAIN_MAX_MESSAGES = 256
 
 
+def describe_exit(proc: Any) -> str:
+    """How the process ``proc`` ended, in words."""
+    return _describe_exit(proc.exitcode)
+
+
 def _describe_exit(code: int | None) -> str:
     if code is not None and code < 0:
         try:
@@ -274,17 +279,23 @@ class ProcessPool:
         method = self.ctx.get_start_method()
         if method != "fork" and picklable is not None:
             check_picklable(picklable[1], picklable[0], method)
+        self.target = target
         self.procs = [
             self.ctx.Process(target=target, args=a, name=f"{name}-{i}", daemon=False)
             for i, a in enumerate(args)
         ]
+        self.retired: list[Any] = []  # processes of dead workers that were replaced
+        #: called with the slot of a worker that died without reporting why; returns whether it
+        #: was replaced (else the death is raised as a WorkerError)
+        self.on_death: Callable[[int], bool] | None = None
         self.mapper = mapper  # map workers keep running after an ERROR; runners end
         self.reported: set[int] = set()  # workers that announced their end (END / ERROR)
-        self.assigned: dict[int, dict[int, None]] = {}  # mappers: indices given to each worker
+        self.assigned: dict[int, dict[int, Any]] = {}  # mappers: inputs given to each worker
         self._pending: deque[tuple] = deque()
         self._next_check = 0.0
         self.closed = False
         self.name = name
+        self.restarts = 0  # workers replaced so far
 
     def start(self) -> None:
         with limited_thread_env(), warnings.catch_warnings():
@@ -299,6 +310,22 @@ class ProcessPool:
             for p in self.procs:
                 p.start()
 
+    def replace(self, i: int, args: tuple) -> None:
+        """Start a new process in the slot of worker ``i`` (which died), running
+        ``target(*args)``."""
+        p = self.ctx.Process(target=self.target, args=args, name=f"{self.name}-{i}",
+                             daemon=False)
+        with limited_thread_env(), warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=r".*multi-threaded, use of fork\(\) may lead to deadlocks",
+                category=DeprecationWarning,
+            )
+            p.start()
+        self.retired.append(self.procs[i])
+        self.procs[i] = p
+        self.reported.discard(i)
+        self.restarts += 1
+
     @property
     def pids(self) -> list[int | None]:
         return [p.pid for p in self.procs]
@@ -310,7 +337,7 @@ class ProcessPool:
                 with contextlib.suppress(Exception):
                     p.terminate()
         deadline = time.monotonic() + timeout
-        for p in self.procs:
+        for p in [*self.procs, *self.retired]:
             if p.pid is None:
                 continue
             p.join(max(0.0, deadline - time.monotonic()))
@@ -349,13 +376,18 @@ class ProcessPool:
         for i in dead:
             if i in self.reported:
                 continue
+            if self.on_death is not None and self.on_death(i):
+                continue  # replaced
             p = self.procs[i]
             lost = list(self.assigned.get(i, ()))
             what = f" with {len(lost)} input(s) in flight" if lost else ""
+            limit = (f" It was not replaced: {self.restarts} worker(s) were replaced already, "
+                     "as many as max_restarts allows in one epoch." if self.on_death is not None
+                     else "")
             raise WorkerError(
                 "WorkerDied",
                 f"worker process {i} (pid {p.pid}) {_describe_exit(p.exitcode)}{what}. "
-                "It may have run out of memory, crashed in native code, or been killed.",
+                f"It may have run out of memory, crashed in native code, or been killed.{limit}",
                 worker_id=i,
                 index=lost[0] if lost else None,
                 stage=p.name.rsplit("-", 1)[0],

@@ -26,6 +26,7 @@ from typing import Any
 
 from dataflow.errors import NoneResultError, StateMismatchError, WorkerError
 from dataflow.parallel._protocol import DATA, ERROR, POLL_INTERVAL, MapTransport, raise_worker_error
+from dataflow.policy import ErrorPolicy
 
 __all__ = [
     "MapScheduler",
@@ -60,6 +61,9 @@ class MapScheduler:
         self.strict, self.stage = strict, stage
         #: called with ``(worker, start, end)`` of each chunk a worker mapped (the profiler)
         self.on_span: Callable[[int, float, float], None] | None = None
+        #: the bad-sample policy (``None``: a worker error is raised)
+        self.policy: ErrorPolicy | None = None
+        self._failed: set[int] = set()  # indices whose ERROR was skipped; their DATA is due
         self.buffer_size = buffer_size
         self.ordered = ordered
         self.chunk_size = max(1, chunk_size)
@@ -111,6 +115,7 @@ class MapScheduler:
         self._n_stale = len(self._outstanding)
         self._done.clear()
         self._ready.clear()
+        self._failed.clear()
         self._next_yield = self._next_index
         self._source, self._source_done = source, False
 
@@ -150,23 +155,39 @@ class MapScheduler:
         if kind == DATA:
             if self.on_span is not None and len(msg) > 3:
                 self.on_span(msg[1], *msg[3])
+            policy, failed = self.policy, self._failed
             for item in payload:
                 idx, out = item
                 if self._outstanding.pop(idx, None) is None:
                     continue
                 if idx < self._epoch_start:
                     self._n_stale -= 1
+                    failed.discard(idx)
+                    continue
+                if policy is not None:
+                    policy.seen += 1
+                    if failed and idx in failed:  # skipped under the bad-sample policy
+                        failed.discard(idx)
+                        out = None
+                    elif out is None and self.strict:
+                        self._none_result(idx)
                 elif out is None and self.strict:
                     self._none_result(idx)
-                elif self.ordered:
+                if self.ordered:
                     self._done[idx] = _SKIP if out is None else out
                 elif out is not None:
                     self._ready.append(item)  # the (index, result) pair
                 else:
                     self._nones += 1
         elif kind == ERROR:
-            pos = self._outstanding.get(payload.index) if payload.index is not None else None
-            raise_worker_error(payload, pos)
+            idx = payload.index
+            pos = self._outstanding.get(idx) if idx is not None else None
+            if self.policy is None or pos is None:
+                raise_worker_error(payload, pos)
+            if idx >= self._epoch_start:  # (an input of an abandoned pass is just dropped)
+                self._failed.add(idx)
+                self.policy.failed(self._stream_position(idx - self._epoch_start),
+                                   f"{payload.exc_type}: {payload.message}")
 
     def _none_result(self, idx: int) -> None:
         key = self._stream_position(idx - self._epoch_start)

@@ -34,6 +34,7 @@ def map_loop(
     stage: str,
     inputs: tuple[int, tuple[int, ...]],
     finish_chunk: Callable[[list], list] | None = None,
+    progress: Any = None,
 ) -> None:
     """Body of a map worker: map each received chunk, send results (or errors) back.
 
@@ -42,7 +43,9 @@ def map_loop(
     mapped, :func:`dataflow.rng.input_rng` (and so the augmentors and the global generators)
     draw from streams keyed by it and the input's ``key``. ``finish_chunk`` may transform a
     chunk's ``(index, result)`` list before it is sent (the batching mapper uses it); it must
-    keep one pair per index so that the consumer can account for every input.
+    keep one pair per index so that the consumer can account for every input. ``progress``
+    (a shared ``ctypes`` integer) holds the index being mapped, -1 between chunks: if the
+    worker dies, the consumer knows which input was being mapped.
     """
     scope = _rng.InputScope(*inputs)
     try:
@@ -56,6 +59,8 @@ def map_loop(
             try:
                 for index, key, dp in chunk:
                     scope.begin(*key)
+                    if progress is not None:
+                        progress.value = index
                     try:
                         results.append((index, map_func(dp)))
                     except WorkerStopped:
@@ -65,15 +70,17 @@ def map_loop(
                         results.append((index, None))
             finally:
                 _rng.set_input_scope(None)
+                if progress is not None:
+                    progress.value = -1
             if finish_chunk is not None:
                 results = finish_chunk(results)
             try:
                 emit((DATA, worker_id, results, (start, time.perf_counter())))
             except WorkerStopped:
                 raise
-            except Exception as e:  # e.g. a result that cannot be pickled
-                index = results[0][0] if results else None
-                emit((ERROR, worker_id, ErrorInfo.capture(e, worker_id, index, stage)))
+            except Exception as e:  # e.g. a result that cannot be pickled: every input of the
+                for idx, _ in results:  # chunk failed (a skipping policy counts each)
+                    emit((ERROR, worker_id, ErrorInfo.capture(e, worker_id, idx, stage)))
                 emit((DATA, worker_id, [(idx, None) for idx, _ in results]))
     except WorkerStopped:
         return

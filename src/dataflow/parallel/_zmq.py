@@ -21,6 +21,7 @@ fault); segments are for large ones (one copy, in the worker).
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import shutil
@@ -29,18 +30,22 @@ import sys
 import tempfile
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from dataflow.errors import DataFlowTerminated
 from dataflow.parallel._lifecycle import Resources
-from dataflow.parallel._processes import ProcessPool
-from dataflow.parallel._protocol import DATA, READY
+from dataflow.parallel._processes import ProcessPool, describe_exit
+from dataflow.parallel._protocol import DATA, ERROR, READY, STATE, ErrorInfo
 from dataflow.parallel.shared_memory import (
+    RING_BYTES,
     Ring,
     SharedMemoryWriter,
     cleanup_segments,
     open_segment,
 )
+
+logger = logging.getLogger("dataflow.parallel")
 
 __all__ = [
     "PLAIN_DECODER",
@@ -269,6 +274,7 @@ class ZmqMapTransport:
         self.sock = self.ctx.socket(zmq.ROUTER)
         res.add(lambda: self.sock.close(linger=0))
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.sock.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a replaced worker takes over its identity
         self.sock.setsockopt(zmq.SNDHWM, 0)
         self.sock.setsockopt(zmq.RCVHWM, 0)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -282,10 +288,82 @@ class ZmqMapTransport:
         self.ready: set[int] = set()
         self.pool: ProcessPool | None = None
         self._pending: deque[tuple] = deque()
+        self._resend: list[tuple] = []  # inputs of a dead worker, to send again
+        self._kills: dict[int, int] = {}  # index -> workers that died while it was in flight
+        self._respawn: Callable[[int, int, Ring | None, Any], tuple] | None = None
+        self.progress: list[Any] = []  # per worker: the index it is mapping (shared memory)
+        self.max_restarts = 0
+        self.budget = RestartBudget(0, 0)
+        self.dispatched = 0  # inputs sent to workers
+        self._channels = num_workers  # channel ids of the workers started so far
 
-    def attach(self, pool: ProcessPool) -> None:
+    def attach(self, pool: ProcessPool, respawn: Callable[[int, int, Ring | None, Any], tuple]
+               | None = None, max_restarts: int = 0, progress: list[Any] | None = None,
+               window: int = 0) -> None:
+        """Use ``pool``'s death checks; with ``respawn(slot, channel, ring, progress)`` (the
+        arguments of a new worker), replace workers that die, at most ``max_restarts`` within
+        ``window`` inputs (see :meth:`_died`); ``progress[slot]`` is the index worker ``slot``
+        is mapping."""
         self.pool = pool
         pool.assigned = {i: {} for i in range(len(self.load))}
+        self._respawn, self.max_restarts = respawn, max_restarts
+        self.budget = RestartBudget(max_restarts, window)
+        self.progress = progress or []
+        if respawn is not None:
+            pool.on_death = self._died
+
+    def _died(self, slot: int) -> bool:
+        """Worker ``slot`` died without saying why: replace it and send its inputs in flight
+        again (with their keys, so their results and random draws are those they would have
+        had). The input it was mapping when it died is a suspect; an input that was being mapped
+        when two workers died is a poison input: it is answered with a ``WorkerDied`` error
+        (raised, or skipped under a bad-sample policy), never sent again. Returns False (the
+        death is raised) once ``max_restarts`` workers were replaced."""
+        pool = self.pool
+        assert pool is not None and self._respawn is not None
+        if not self.budget.allow(self.dispatched):
+            return False
+        proc = pool.procs[slot]
+        lost = pool.assigned.get(slot, {})
+        pool.assigned[slot] = {}
+        self.ready.discard(slot)
+        self.load[slot] = 0
+        mapping = self.progress[slot].value if slot < len(self.progress) else -1
+        poison = []
+        for idx, item in lost.items():
+            if idx == mapping:
+                self._kills[idx] = self._kills.get(idx, 0) + 1
+            if self._kills.get(idx, 0) >= 2:
+                poison.append(idx)
+            else:
+                self._resend.append(item)
+        for idx in poison:
+            info = ErrorInfo("WorkerDied", f"input index {idx} was being mapped when two worker "
+                             f"processes died (the last, pid {proc.pid}, {describe_exit(proc)}); "
+                             "it is not sent again", "", None, slot, idx, self.name)
+            self._pending.append((ERROR, slot, info))
+            self._pending.append((DATA, slot, [(idx, None)]))
+        ring = None
+        if self.decoder.rings is not None:
+            ring = Ring(RING_BYTES)
+            self.decoder.rings.append(ring)
+        channel = self._channels
+        self._channels += 1
+        progress = self.progress[slot] if slot < len(self.progress) else None
+        if progress is not None:
+            progress.value = -1
+        pool.replace(slot, self._respawn(slot, channel, ring, progress))
+        logger.warning(
+            "%s: worker %d (pid %s) %s; started a new one (%d of max_restarts=%d), %d input(s) "
+            "sent again%s", self.name, slot, proc.pid, describe_exit(proc), self.budget.used,
+            self.max_restarts, len(lost) - len(poison),
+            f", {len(poison)} poison input(s) given up" if poison else "")
+        return True
+
+    def _flush_resend(self) -> None:
+        if self._resend and self.ready:
+            chunk, self._resend = self._resend, []
+            self._send(chunk)
 
     def _raw(self, timeout: float) -> tuple | None:
         """The next message (``READY`` is handled here), bookkeeping of answered inputs."""
@@ -304,7 +382,7 @@ class ZmqMapTransport:
                 assigned = self.pool.assigned[wid] if self.pool else {}
                 for idx, _ in msg[2]:
                     assigned.pop(idx, None)
-                self.load[wid] -= len(msg[2])
+                self.load[wid] = max(0, self.load[wid] - len(msg[2]))
             return msg
 
     def _receive(self, timeout: float) -> tuple | None:
@@ -321,6 +399,10 @@ class ZmqMapTransport:
 
     def submit(self, chunk: list) -> None:
         self.res.check(self.name)
+        self._flush_resend()
+        self._send(chunk)
+
+    def _send(self, chunk: list) -> None:
         while True:
             while not self.ready:
                 msg = self._receive(0.2)
@@ -335,29 +417,100 @@ class ZmqMapTransport:
                 self.ready.discard(wid)  # it died; the death check reports it
                 continue
             self.load[wid] += len(chunk)
+            self.dispatched += len(chunk)
             if self.pool is not None:
-                self.pool.assigned[wid].update(dict.fromkeys(item[0] for item in chunk))
+                self.pool.assigned[wid].update((item[0], item) for item in chunk)
             return
 
     def receive(self, timeout: float) -> tuple | None:
+        self._flush_resend()
         if self._pending:
             return self._pending.popleft()
         return self._receive(timeout)
 
 
+class RestartBudget:
+    """At most ``limit`` worker replacements within any ``window`` inputs (or, for runners,
+    datapoints): occasional deaths (the OOM killer) are survived for ever, a worker that dies
+    over and over is not."""
+
+    def __init__(self, limit: int, window: int) -> None:
+        self.limit, self.window = limit, max(1, window)
+        self.at: deque[int] = deque()  # the counts at which workers were replaced
+        self.used = 0
+
+    def allow(self, count: int) -> bool:
+        while self.at and self.at[0] <= count - self.window:
+            self.at.popleft()
+        if len(self.at) >= self.limit:
+            return False
+        self.at.append(count)
+        self.used += 1
+        return True
+
+
 class ZmqRunnerTransport:
-    """A runner's consumer side: a PULL socket bound to a private endpoint."""
+    """A runner's consumer side: a PULL socket bound to a private endpoint.
+
+    With ``attach(pool, respawn, max_restarts, starts)``, a worker that dies is replaced by one
+    that continues its copy's stream right after the last datapoint received from it: from the
+    copy's last state (``STATE`` messages), skipping what was received since."""
 
     def __init__(self, endpoint: Endpoint, hwm: int, res: Resources, rings: list[Ring] | None,
                  name: str) -> None:
-        self.zmq = zmq = import_zmq()
+        self.zmq = import_zmq()
         self.res, self.name, self.endpoint, self.hwm = res, name, endpoint, hwm
         self.decoder = FrameDecoder(rings)
         res.add(self.decoder.close)
         self.copy = rings is not None  # ring messages are small frames: copying them is cheaper
         self.sock: Any = None
         self.pool: ProcessPool | None = None
-        del zmq
+        self._respawn: Callable[[int, int, Ring | None, Any], tuple] | None = None
+        self.max_restarts = 0
+        self.budget = RestartBudget(0, 0)
+        self.received: list[int] = []  # DATA messages received from each worker (all lives)
+        self.offset: list[int] = []  # received[w] when worker w's current process started
+        self.ckpt: list[tuple[int, Any, int]] = []  # (received count, state, to skip)
+        self._channels = 0
+
+    def attach(self, pool: ProcessPool, respawn: Callable[[int, int, Ring | None, Any], tuple]
+               | None, max_restarts: int, starts: list[tuple[Any, int] | None],
+               window: int = 0) -> None:
+        """Use ``pool``'s death checks and replace dead workers, at most ``max_restarts``
+        within ``window`` datapoints (see the class docstring); ``starts[w]`` is the
+        ``(state, skip)`` worker ``w`` started from, if any."""
+        self.pool = pool
+        n = len(starts)
+        self.received, self.offset = [0] * n, [0] * n
+        self.ckpt = [(0, s[0], s[1]) if s is not None else (0, None, 0) for s in starts]
+        self._channels = n
+        self._respawn, self.max_restarts = respawn, max_restarts
+        self.budget = RestartBudget(max_restarts, window)
+        if respawn is not None:
+            pool.on_death = self._died
+
+    def _died(self, w: int) -> bool:
+        pool = self.pool
+        assert pool is not None and self._respawn is not None
+        if not self.budget.allow(sum(self.received)):
+            return False
+        proc = pool.procs[w]
+        count, state, skip = self.ckpt[w]
+        start = (state, skip + self.received[w] - count)
+        ring = None
+        if self.decoder.rings is not None:
+            ring = Ring(RING_BYTES)
+            self.decoder.rings.append(ring)
+        channel = self._channels
+        self._channels += 1
+        self.offset[w] = self.received[w]
+        pool.replace(w, self._respawn(w, channel, ring, start))
+        logger.warning(
+            "%s: worker %d (pid %s) %s; started a new one (%d of max_restarts=%d), which "
+            "continues its copy after the %d datapoints received from it", self.name, w,
+            proc.pid, describe_exit(proc), self.budget.used, self.max_restarts,
+            self.received[w])
+        return True
 
     def bind(self) -> None:
         """Create the context and bind (after the workers are forked: never fork a process with
@@ -383,7 +536,18 @@ class ZmqRunnerTransport:
             if isinstance(e, zmq.ContextTerminated) or self.sock.closed:
                 raise DataFlowTerminated(f"{self.name} was closed while iterating") from e
             raise
-        return None if frames is None else self.decoder.decode(frames)
+        if frames is None:
+            return None
+        msg = self.decoder.decode(frames)
+        kind, w = msg[0], msg[1]
+        if kind == DATA and w < len(self.received):
+            self.received[w] += 1
+        elif kind == STATE and w < len(self.received):
+            count, state = msg[2]
+            count += self.offset[w]  # counted from the start of the worker's first process
+            self.ckpt[w] = (count, state, 0)
+            msg = (STATE, w, (count, state))
+        return msg
 
     def receive(self, timeout: float) -> tuple | None:
         pool = self.pool
@@ -422,14 +586,18 @@ class WorkerChannel:
         self.ctx.term()
 
 
-def _worker_codec(shm_prefix: str | None, worker_id: int, ring: Ring | None) -> FrameCodec:
-    shm = SharedMemoryWriter(shm_prefix, worker_id) if shm_prefix else None
-    return FrameCodec(shm, ring=ring, worker_id=worker_id)
+def _worker_codec(shm_prefix: str | None, channel: int, ring: Ring | None) -> FrameCodec:
+    shm = SharedMemoryWriter(shm_prefix, channel) if shm_prefix else None
+    return FrameCodec(shm, ring=ring, worker_id=channel)
 
 
 def map_worker_channel(address: str, worker_id: int, shm_prefix: str | None,
-                       ring: Ring | None) -> WorkerChannel:
-    """A map worker's DEALER (identity ``w<id>``), connected to the consumer's ROUTER."""
+                       ring: Ring | None, channel: int | None = None) -> WorkerChannel:
+    """A map worker's DEALER (identity ``w<id>``), connected to the consumer's ROUTER.
+
+    ``channel`` (default: the worker id) names the worker's ring and shared-memory segments: a
+    replacement worker gets a new one, so nothing it sends is confused with what the dead one
+    left behind."""
     zmq = import_zmq()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
@@ -438,16 +606,19 @@ def map_worker_channel(address: str, worker_id: int, shm_prefix: str | None,
     sock.setsockopt(zmq.RCVHWM, 0)
     sock.setsockopt(zmq.RECONNECT_IVL, 10)
     sock.connect(address)
-    return WorkerChannel(sock, ctx, _worker_codec(shm_prefix, worker_id, ring), 0)
+    channel = worker_id if channel is None else channel
+    return WorkerChannel(sock, ctx, _worker_codec(shm_prefix, channel, ring), 0)
 
 
 def runner_worker_channel(address: str, worker_id: int, hwm: int, shm_prefix: str | None,
-                          ring: Ring | None) -> WorkerChannel:
-    """A runner worker's PUSH, connected to the consumer's PULL."""
+                          ring: Ring | None, channel: int | None = None) -> WorkerChannel:
+    """A runner worker's PUSH, connected to the consumer's PULL (``channel``: as in
+    :func:`map_worker_channel`)."""
     zmq = import_zmq()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
     sock.setsockopt(zmq.SNDHWM, hwm)
     sock.setsockopt(zmq.RECONNECT_IVL, 10)
     sock.connect(address)
-    return WorkerChannel(sock, ctx, _worker_codec(shm_prefix, worker_id, ring), FINAL_LINGER_MS)
+    channel = worker_id if channel is None else channel
+    return WorkerChannel(sock, ctx, _worker_codec(shm_prefix, channel, ring), FINAL_LINGER_MS)

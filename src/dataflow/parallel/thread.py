@@ -262,8 +262,11 @@ class MultiThreadMapData(MapperBase):
         strict: bool = False,
         ordered: bool = False,
         seed: int | None = None,
+        on_error: str = "raise",
+        max_errors: int | float | None = None,
     ) -> None:
-        super().__init__(ds, num_thread, map_func, buffer_size, strict, ordered)
+        super().__init__(ds, num_thread, map_func, buffer_size, strict, ordered, on_error,
+                         max_errors)
         self.num_thread = self.num_workers
         self.seed = seed
         self._transport: _ThreadMapTransport | None = None

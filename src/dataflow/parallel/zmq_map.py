@@ -22,7 +22,11 @@ from dataflow.parallel._worker import map_loop
 from dataflow.parallel._zmq import ZmqMapTransport, map_worker_channel
 from dataflow.parallel.shared_memory import Ring, make_rings, new_prefix, shm_available
 from dataflow.state import check_state, decode_items, encode_items
-from dataflow.validation import check_positive_int, renamed_kwargs
+from dataflow.validation import check_int, check_positive_int, known_length, renamed_kwargs
+
+#: inputs within which at most ``max_restarts`` workers are replaced, when the epoch's length
+#: is unknown
+RESTART_WINDOW = 10_000
 
 __all__ = [
     "MultiProcessMapAndBatchData",
@@ -70,13 +74,16 @@ def _zmq_map_main(
     stage: str,
     batch_size: int | None,
     ring: Ring | None,
+    channel_id: int | None = None,
+    progress: Any = None,
 ) -> None:
     worker_bootstrap(worker_id, parent, dispatch_globals=True)
-    channel = map_worker_channel(address, worker_id, shm_prefix, ring)
+    channel = map_worker_channel(address, worker_id, shm_prefix, ring, channel_id)
     channel.emit((READY, worker_id, None))
     finish = _Batcher(batch_size) if batch_size else None
     try:
-        map_loop(channel.receive, channel.emit, map_func, worker_id, stage, inputs, finish)
+        map_loop(channel.receive, channel.emit, map_func, worker_id, stage, inputs, finish,
+                 progress)
     finally:
         channel.close()
 
@@ -85,8 +92,9 @@ class _ZmqMapperBase(MapperBase):
     _worker_arg = "num_proc"
     _batch_size: int | None = None
 
-    def _init_zmq(self, start_method: str | None, use_shm: bool) -> None:
+    def _init_zmq(self, start_method: str | None, use_shm: bool, max_restarts: int) -> None:
         self.num_proc = self.num_workers
+        self.max_restarts = check_int(max_restarts, "max_restarts", minimum=0, example=3)
         self.start_method = start_method
         get_context(start_method)  # validate now
         self.use_shm = bool(use_shm) and shm_available()
@@ -103,19 +111,25 @@ class _ZmqMapperBase(MapperBase):
             self.num_proc, shm_prefix, rings, res, stage
         )
         parent = parent_info()
+        func, address, inputs, batch = (self.map_func, transport.endpoint.address, self._inputs,
+                                        self._batch_size)
+
+        def args(slot: int, channel: int, ring: Ring | None, progress: Any) -> tuple:
+            return (func, address, slot, parent, inputs, shm_prefix, stage, batch, ring, channel,
+                    progress)
+
+        ctx = get_context(self.start_method)
+        progress = [ctx.Value("q", -1, lock=False) for _ in range(self.num_proc)]
         self._pool = ProcessPool(
             _zmq_map_main,
-            [
-                (self.map_func, transport.endpoint.address, i, parent, self._inputs,
-                 shm_prefix, stage, self._batch_size, rings[i] if rings else None)
-                for i in range(self.num_proc)
-            ],
+            [args(i, i, rings[i] if rings else None, progress[i]) for i in range(self.num_proc)],
             start_method=self.start_method,
             name=stage,
             picklable=("map_func", self.map_func),
             mapper=True,
         )
-        transport.attach(self._pool)
+        transport.attach(self._pool, args, self.max_restarts, progress,
+                         known_length(self.ds) or RESTART_WINDOW)
         self._pool.start()
 
     def _stop(self) -> None:
@@ -173,10 +187,14 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
         start_method: str | None = None,
         use_shm: bool = True,
         seed: int | None = None,
+        on_error: str = "raise",
+        max_errors: int | float | None = None,
+        max_restarts: int = 3,
     ) -> None:
-        super().__init__(ds, num_proc, map_func, buffer_size, strict, ordered)
+        super().__init__(ds, num_proc, map_func, buffer_size, strict, ordered, on_error,
+                         max_errors)
         self.seed = seed
-        self._init_zmq(start_method, use_shm)
+        self._init_zmq(start_method, use_shm, max_restarts)
 
 
 class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
@@ -208,6 +226,9 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
         start_method: str | None = None,
         use_shm: bool = True,
         seed: int | None = None,
+        on_error: str = "raise",
+        max_errors: int | float | None = None,
+        max_restarts: int = 3,
     ) -> None:
         if callable(num_proc) and not callable(map_func):
             from dataflow.parallel._mapper import _check_order
@@ -231,11 +252,12 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
                 "worker holds the inputs of its incomplete batch), got "
                 f"{buffer_size}; raise it or leave it None."
             )
-        super().__init__(ds, num_proc, map_func, buffer_size, False, False)
+        super().__init__(ds, num_proc, map_func, buffer_size, False, False, on_error,
+                         max_errors)
         self.seed = seed
         self.batch_size = self._batch_size = batch_size
         self._batches: deque[Any] = deque()
-        self._init_zmq(start_method, use_shm)
+        self._init_zmq(start_method, use_shm, max_restarts)
 
     def __len__(self) -> int:
         raise UnknownLengthError(

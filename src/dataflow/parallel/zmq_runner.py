@@ -25,7 +25,7 @@ from dataflow.parallel.shared_memory import (
     new_prefix,
     shm_available,
 )
-from dataflow.validation import check_positive_int, renamed_kwargs
+from dataflow.validation import check_int, check_positive_int, known_length, renamed_kwargs
 
 __all__ = ["MultiProcessRunnerZMQ", "PrefetchDataZMQ"]
 
@@ -40,9 +40,10 @@ def _zmq_runner_main(
     shm_prefix: str | None,
     ring: Ring | None,
     start: Any = None,
+    channel_id: int | None = None,
 ) -> None:
     worker_bootstrap(worker_id, parent, globals_seed=seed)
-    channel = runner_worker_channel(address, worker_id, hwm, shm_prefix, ring)
+    channel = runner_worker_channel(address, worker_id, hwm, shm_prefix, ring, channel_id)
     try:
         runner_loop(ds, channel.emit, worker_id, "MultiProcessRunnerZMQ", start=start,
                     checkpoints=True)
@@ -94,8 +95,10 @@ class MultiProcessRunnerZMQ(RunnerBase):
         *,
         start_method: str | None = None,
         use_shm: bool = True,
+        max_restarts: int = 3,
     ) -> None:
         super().__init__(ds)
+        self.max_restarts = check_int(max_restarts, "max_restarts", minimum=0, example=3)
         self.num_proc = self._num_workers = check_positive_int(num_proc, "num_proc")
         self.hwm = check_positive_int(hwm, "hwm", 50)
         self.start_method = start_method
@@ -146,20 +149,25 @@ class MultiProcessRunnerZMQ(RunnerBase):
         if endpoint.needs_early_bind:  # tcp: the port is known only once bound
             transport.bind()
         parent = parent_info()
+        ds, address, hwm = self.ds, endpoint.address, self.hwm
+        seeds = [globals_seed(self, i) for i in range(self.num_proc)]
+
+        def args(w: int, channel: int, ring: Ring | None, start: Any) -> tuple:
+            return (ds, address, w, parent, seeds[w], hwm, shm_prefix, ring, start, channel)
+
+        starts = [self._worker_start(i) for i in range(self.num_proc)]
         self._pool = ProcessPool(
             _zmq_runner_main,
-            [
-                (self.ds, endpoint.address, i, parent, globals_seed(self, i), self.hwm,
-                 shm_prefix, rings[i] if rings else None, self._worker_start(i))
-                for i in range(self.num_proc)
-            ],
+            [args(i, i, rings[i] if rings else None, starts[i]) for i in range(self.num_proc)],
             start_method=self.start_method,
             name=name,
             picklable=("ds", self.ds),
         )
         self._pool.start()  # before creating the context: never fork a process with
-        transport.bind()  # ZeroMQ's I/O threads running
-        transport.pool = self._pool
+        transport.bind()  # ZeroMQ's I/O threads running (a replacement is forked later)
+        n = known_length(self.ds)
+        transport.attach(self._pool, args, self.max_restarts, starts,
+                         n * self.num_proc if n else 10_000)
         self._transport = transport
 
     def _stop(self) -> None:

@@ -196,6 +196,8 @@ class RayMapData(MapperBase):
         actor_options: dict[str, Any] | None = None,
         max_retries: int = 3,
         seed: int | None = None,
+        on_error: str = "raise",
+        max_errors: int | float | None = None,
     ) -> None:
         ray = import_ray()
         if callable(num_workers) and not callable(map_func):  # the order of earlier releases
@@ -208,7 +210,8 @@ class RayMapData(MapperBase):
             num_workers, map_func = map_func, num_workers
         if num_workers is None:
             num_workers = _default_workers(ray, address)
-        super().__init__(ds, num_workers, map_func, buffer_size, strict, ordered)
+        super().__init__(ds, num_workers, map_func, buffer_size, strict, ordered, on_error,
+                         max_errors)
         self.seed = seed
         self.chunk_size = (None if chunk_size is None
                            else check_positive_int(chunk_size, "chunk_size", 16))

@@ -7,13 +7,11 @@ from typing import Any
 
 from dataflow.base import DataFlow, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
+from dataflow.policy import ErrorPolicy, make_policy
+from dataflow.state import check_state
+from dataflow.validation import check_callable, known_length
 
 __all__ = ["FilterData", "MapData", "MapDataComponent", "SelectComponent"]
-
-
-def _check_callable(func: Any, name: str) -> None:
-    if not callable(func):
-        raise TypeError(f"`{name}` must be callable, got {func!r} (type {type(func).__name__}).")
 
 
 class MapData(ProxyDataFlow):
@@ -22,18 +20,45 @@ class MapData(ProxyDataFlow):
     ``func`` receives a shallow copy of the datapoint (a new list or dict holding the same
     objects), so it may replace components but should not modify arrays in place.
     ``len`` is ``len(ds)``, accurate only if ``func`` never returns ``None``.
+
+    ``on_error`` / ``max_errors``: what to do when ``func`` raises (see :mod:`dataflow.policy`):
+    ``"raise"`` (default), ``"skip"`` or ``"warn"`` (drop the datapoint and count it, and log it).
     """
 
     profile_hint = "map"
+    error_policy: ErrorPolicy | None = None
 
-    def __init__(self, ds: DataFlow, func: Callable[[Any], Any]) -> None:
+    def __init__(self, ds: DataFlow, func: Callable[[Any], Any], *, on_error: str = "raise",
+                 max_errors: int | float | None = None) -> None:
         super().__init__(ds)
-        _check_callable(func, "func")
-        self.func = func
+        self.func = check_callable(func, "func")
+        self._set_policy(on_error, max_errors)
+
+    def _set_policy(self, on_error: str, max_errors: int | float | None) -> None:
+        self.on_error, self.max_errors = on_error, max_errors
+        self.error_policy = make_policy(type(self).__name__, on_error, max_errors)
+        self._restored = False  # the next __iter__ continues the counts of a restored epoch
 
     def __iter__(self) -> Iterator[Any]:
         # iter(ds) now, not at the first next(): the child's epoch begins with this iterator
-        return self._run(iter(self.ds))
+        itr = iter(self.ds)
+        policy = self.error_policy
+        if policy is None:
+            return self._run(itr)
+        if self._restored:
+            policy.continue_epoch(known_length(self.ds))
+        else:
+            policy.begin_epoch(known_length(self.ds))
+        self._restored = False
+        return self._run_guarded(itr, policy)
+
+    def _apply(self, dp: Any) -> Any:
+        """The result for one datapoint (``None``: drop it)."""
+        if type(dp) is list:
+            dp = dp[:]
+        elif isinstance(dp, dict):
+            dp = dict(dp)
+        return self.func(dp)
 
     def _run(self, itr: Iterator[Any]) -> Iterator[Any]:
         func = self.func
@@ -46,19 +71,56 @@ class MapData(ProxyDataFlow):
             if ret is not None:
                 yield ret
 
+    def _run_guarded(self, itr: Iterator[Any], policy: ErrorPolicy) -> Iterator[Any]:
+        apply = self._apply
+        for dp in itr:
+            policy.seen += 1
+            try:
+                ret = apply(dp)
+            except Exception as e:
+                policy.failed(policy.seen - 1, e)
+                continue
+            if ret is not None:
+                yield ret
+
+    def state_dict(self) -> dict[str, Any]:
+        """The child's state, and with ``on_error="skip"``/``"warn"`` the error counts of the
+        epoch in progress (a restored epoch goes on counting from them)."""
+        state = super().state_dict()
+        if self.error_policy is not None:
+            state["errors"] = self.error_policy.state()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        check_state(state, self)
+        super().load_state_dict(state)
+        if self.error_policy is not None:
+            self.error_policy.load(state.get("errors"))
+            self._restored = True
+
 
 class MapDataComponent(MapData):
     """Applies ``func`` to component ``index`` (an int or a dict key) of each datapoint.
 
     The result replaces that component in a shallow copy (tuples become lists); a ``None`` result
-    drops the datapoint.
+    drops the datapoint. ``on_error`` / ``max_errors``: as in :class:`MapData`.
     """
 
-    def __init__(self, ds: DataFlow, func: Callable[[Any], Any], index: Any = 0) -> None:
+    def __init__(self, ds: DataFlow, func: Callable[[Any], Any], index: Any = 0, *,
+                 on_error: str = "raise", max_errors: int | float | None = None) -> None:
         ProxyDataFlow.__init__(self, ds)
-        _check_callable(func, "func")
-        self.func = func
+        self.func = check_callable(func, "func")
         self.index = index
+        self._set_policy(on_error, max_errors)
+
+    def _apply(self, dp: Any) -> Any:
+        index = self.index
+        ret = self.func(dp[index])
+        if ret is None:
+            return None
+        dp = dp[:] if type(dp) is list else dict(dp) if isinstance(dp, dict) else list(dp)
+        dp[index] = ret
+        return dp
 
     def _run(self, itr: Iterator[Any]) -> Iterator[Any]:
         func, index = self.func, self.index
@@ -78,8 +140,7 @@ class FilterData(ProxyDataFlow):
 
     def __init__(self, ds: DataFlow, predicate: Callable[[Any], bool]) -> None:
         super().__init__(ds)
-        _check_callable(predicate, "predicate")
-        self.predicate = predicate
+        self.predicate = check_callable(predicate, "predicate")
 
     def __len__(self) -> int:
         raise UnknownLengthError(
