@@ -202,3 +202,19 @@ def test_the_trace_shows_when_each_worker_was_busy(kind, tmp_path):
     busy = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
     assert {e["tid"] for e in busy} == {1000, 1001}
     assert all(e["dur"] >= 0 for e in busy)
+
+
+def _fail_on_5(x):
+    if x % 10 == 5:
+        raise ValueError("bad")
+    return x
+
+
+def test_the_table_counts_skipped_inputs():
+    src = df.DataFromList([[i] for i in range(200)], shuffle=False)
+    flow = df.MapDataComponent(src, _fail_on_5, on_error="skip")
+    report = profile(flow, num=90, warmup=0)
+    assert report.stages[0].skipped == 10  # inputs 5, 15, ..., 95 for 90 results
+    assert report.stages[1].skipped is None
+    header, row = report.format().splitlines()[3], report.format().splitlines()[5]
+    assert header.split()[-1] == "skipped" and row.split()[-1] == "10"

@@ -88,6 +88,7 @@ class StageStats:
     queue_fill: float | None = None  # mean fill fraction of a parallel stage's queue
     workers: int | None = None  # a parallel stage's number of workers
     workers_busy: float | None = None  # the share of their time its workers were busy
+    skipped: int | None = None  # inputs skipped under the bad-sample policy during the run
     _fill_sum: float = field(default=0.0, repr=False)
     _fill_n: int = field(default=0, repr=False)
 
@@ -199,7 +200,7 @@ class ProfileReport:
     def format(self) -> str:
         total_own = sum(s.own_seconds for s in self.stages) or 1.0
         headers = ["#", "stage", "items", "own us/item", "own %", "items/s", "MB/s", "queue",
-                   "workers"]
+                   "workers", "skipped"]
         rows = []
         for s in self.stages:
             rows.append([
@@ -209,6 +210,7 @@ class ProfileReport:
                 f"{s.bytes_per_second / 1e6:,.1f}" if s.bytes else "-",
                 "-" if s.queue_fill is None else f"{100 * s.queue_fill:.0f}% full",
                 "-" if s.workers_busy is None else f"{s.workers} {100 * s.workers_busy:.0f}% busy",
+                "-" if s.skipped is None else str(s.skipped),
             ])
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
         line = "  ".join(h.ljust(w) for h, w in zip(headers, widths))
@@ -331,6 +333,8 @@ def _profile(df: DataFlow, num: int, warmup: int, trace: bool, consume: Any) -> 
     stats = [StageStats(i, depth, public_name(f)) for i, (depth, f) in enumerate(stages)]
     workers = _Workers(clock)
     traced = [f for (_, f), s in zip(stages, stats) if workers.attach(f, s)]
+    policies = [getattr(f, "error_policy", None) for _, f in stages]
+    skipped0 = [None if p is None else p.total for p in policies]
     for (_, f), s in zip(stages, stats):
         instrument(f, functools.partial(clock.timed, stats=s))
     try:
@@ -342,6 +346,9 @@ def _profile(df: DataFlow, num: int, warmup: int, trace: bool, consume: Any) -> 
             instrument(f, None)
         for f in traced:
             f.trace_workers(None)
+    for s, p, before in zip(stats, policies, skipped0):
+        if p is not None and before is not None:
+            s.skipped = p.total - before
     for s in stats:
         if s._fill_n:
             s.queue_fill = s._fill_sum / s._fill_n

@@ -56,14 +56,14 @@ def _src(n=7, shuffle=True, seed=5):
     return DataFromList([[i, float(i)] for i in range(n)], shuffle=shuffle, seed=seed)
 
 
-def _thread(ds, func=times10, ordered=True, buffer_size=3, strict=True):
+def _thread(ds, func=times10, ordered=True, buffer_size=3, strict=True, **kw):
     return MultiThreadMapData(ds, 2, func, buffer_size=buffer_size, strict=strict,
-                              ordered=ordered)
+                              ordered=ordered, **kw)
 
 
-def _proc(ds, func=times10, ordered=True, buffer_size=3, strict=True):
+def _proc(ds, func=times10, ordered=True, buffer_size=3, strict=True, **kw):
     return MultiProcessMapDataZMQ(ds, 2, func, buffer_size=buffer_size, strict=strict,
-                                  ordered=ordered)
+                                  ordered=ordered, **kw)
 
 
 def _json(state):
@@ -86,10 +86,48 @@ def test_process_ordered_strict_resumes_exactly_after_every_datapoint():
     assert sorted(dp[0] for dp in seq[6:]) == [0, 10, 20, 30, 40, 50]
 
 
-def test_ordered_strict_with_dropped_results():
-    seq = check_resume(lambda: _thread(_src(8), drop_odd), epochs=2)
+def raise_on_odd(dp):
+    if dp[0] % 2:
+        raise ValueError(f"odd input {dp[0]}")
+    return times10(dp)
+
+
+@pytest.mark.parametrize("make", [_thread, _proc])
+def test_ordered_strict_with_skipped_inputs(make):
+    def build():
+        return make(_src(8), raise_on_odd, on_error="skip")
+
+    seq = check_resume(build, epochs=2)
     assert sorted(dp[0] for dp in seq[:4]) == [0, 20, 40, 60]
     assert len(seq) == 8
+    flow = build()
+    flow.reset_state()
+    list(flow)
+    assert flow.state_dict()["errors"] == {"seen": 8, "skipped": 4, "total": 4}
+    flow.close()
+
+
+def test_a_restored_epoch_goes_on_counting_its_skipped_inputs():
+    def build():
+        return _thread(_src(40, shuffle=False), raise_on_odd, on_error="skip", max_errors=20,
+                       buffer_size=4)
+
+    flow = build()
+    flow.reset_state()
+    it = iter(flow)
+    got = [next(it)[0] for _ in range(5)]  # 0, 20, ..., 80: inputs 0 to 8 (4 skipped)
+    state = _json(flow.state_dict())
+    it.close()
+    flow.close()
+    assert got == [0, 20, 40, 60, 80]
+    assert state["errors"]["skipped"] >= 4
+    fresh = build()
+    fresh.reset_state()
+    fresh.load_state_dict(state)
+    rest = [dp[0] for dp in fresh]
+    assert rest == [10 * i for i in range(10, 40, 2)]
+    assert fresh.error_policy.skipped == 20  # exactly the odd inputs of the epoch, once each
+    fresh.close()
 
 
 def test_composed_pipeline_resumes_exactly():
@@ -390,10 +428,11 @@ def test_remote_receiver_saves_its_counters_only():
 @given(n=st.integers(0, 14), buffer_size=st.integers(1, 5), ordered=st.booleans(),
        drop=st.booleans(), data=st.data())
 def test_strict_resume_property(n, buffer_size, ordered, drop, data):
-    func = drop_odd if drop else jittery
+    func = raise_on_odd if drop else jittery
 
     def make():
-        return _thread(_src(n, seed=n), func, ordered=ordered, buffer_size=buffer_size)
+        return _thread(_src(n, seed=n), func, ordered=ordered, buffer_size=buffer_size,
+                       on_error="skip" if drop else "raise")
 
     results, states = _states_of_a_run(make, epochs=2)
     k = data.draw(st.integers(0, len(results)))

@@ -358,7 +358,12 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             )
         state.update(child_pos=cpos, read=read, pending=pending, child=child)
         if self.error_policy is not None:
-            state["errors"] = self.error_policy.state()
+            errors = self.error_policy.state()
+            if sched is not None and self._resume_progress is None:
+                seen, failed = sched.pending_counts()  # mapped again after a restore
+                errors = {"seen": errors["seen"] - seen, "skipped": errors["skipped"] - failed,
+                          "total": errors["total"] - failed}
+            state["errors"] = errors
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -64,6 +64,7 @@ class MapScheduler:
         #: the bad-sample policy (``None``: a worker error is raised)
         self.policy: ErrorPolicy | None = None
         self._failed: set[int] = set()  # indices whose ERROR was skipped; their DATA is due
+        self._failed_waiting: set[int] = set()  # ordered: skipped, waiting for their turn
         self.buffer_size = buffer_size
         self.ordered = ordered
         self.chunk_size = max(1, chunk_size)
@@ -116,6 +117,7 @@ class MapScheduler:
         self._done.clear()
         self._ready.clear()
         self._failed.clear()
+        self._failed_waiting.clear()
         self._next_yield = self._next_index
         self._source, self._source_done = source, False
 
@@ -168,6 +170,8 @@ class MapScheduler:
                     policy.seen += 1
                     if failed and idx in failed:  # skipped under the bad-sample policy
                         failed.discard(idx)
+                        if self.ordered:
+                            self._failed_waiting.add(idx)
                         out = None
                     elif out is None and self.strict:
                         self._none_result(idx)
@@ -189,6 +193,16 @@ class MapScheduler:
                 self.policy.failed(self._stream_position(idx - self._epoch_start),
                                    f"{payload.exc_type}: {payload.message}")
 
+    def pending_counts(self) -> tuple[int, int]:
+        """``(seen, failed)``: inputs counted by the bad-sample policy that :meth:`progress`
+        still reports pending (they will be mapped again after a restore), and how many of them
+        failed."""
+        start = self._epoch_start
+        failed = sum(1 for i in self._failed if i >= start)
+        if self.ordered:
+            return len(self._done), failed + len(self._failed_waiting)
+        return len(self._ready), failed
+
     def _none_result(self, idx: int) -> None:
         key = self._stream_position(idx - self._epoch_start)
         raise NoneResultError(
@@ -202,6 +216,7 @@ class MapScheduler:
         if self.ordered:
             while self._next_yield in self._done:
                 out = self._done.pop(self._next_yield)
+                self._failed_waiting.discard(self._next_yield)
                 self._next_yield += 1
                 if out is not _SKIP:
                     return True, out
