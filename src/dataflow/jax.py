@@ -51,8 +51,9 @@ from typing import Any
 
 import numpy as np
 
+from dataflow._optional import import_optional
 from dataflow.base import DataFlow
-from dataflow.utils import import_extra, map_numeric_arrays
+from dataflow.utils import map_numeric_arrays
 
 __all__ = ["JaxIterator", "to_jax"]
 
@@ -60,7 +61,7 @@ _RESET: weakref.WeakKeyDictionary[DataFlow, int] = weakref.WeakKeyDictionary()  
 
 
 def _import_jax() -> Any:
-    return import_extra("jax", "dataflow.jax", "JAX", "jax")
+    return import_optional("jax", "dataflow.jax")
 
 
 def _placer(jax: Any, sharding: Any) -> Any:

@@ -59,9 +59,10 @@ from typing import Any
 
 import numpy as np
 
+from dataflow._optional import import_optional
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowError
-from dataflow.utils import import_extra, map_numeric_arrays
+from dataflow.utils import map_numeric_arrays
 
 __all__ = ["to_torch"]  # DataFlowIterableDataset: defined on first access (needs torch)
 
@@ -69,7 +70,7 @@ _log = logging.getLogger(__name__)
 
 
 def _import_torch() -> Any:
-    return import_extra("torch", "dataflow.torch", "PyTorch", "torch")  # (imports torch.utils.data)
+    return import_optional("torch", "dataflow.torch")  # (imports torch.utils.data)
 
 
 def _converter(torch: Any, pin: bool) -> Any:

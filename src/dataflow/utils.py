@@ -15,7 +15,6 @@ __all__ = [
     "get_rng",
     "get_tqdm",
     "get_tqdm_kwargs",
-    "import_extra",
     "map_numeric_arrays",
     "shape2d",
 ]
@@ -95,15 +94,3 @@ def map_numeric_arrays(obj: Any, fn: Any) -> Any:
     return obj
 
 
-def import_extra(module: str, what: str, package: str, extra: str) -> Any:
-    """``import module``, or an ImportError saying that ``what`` needs ``package`` and naming
-    the extra that installs it."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ImportError(
-            f"{what} needs {package}, which is not installed: "
-            f"pip install 'dataflow-reloaded[{extra}]'"
-        ) from e

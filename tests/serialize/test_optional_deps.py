@@ -19,7 +19,7 @@ from tests.serialize._samples import flow
 
 
 def test_import_optional_names_the_extra_or_the_package():
-    msg = r"X needs the optional package `no_such_mod_x`; pip install no_such_mod_x"
+    msg = r"X needs no_such_mod_x, which is not installed: pip install no_such_mod_x"
     with pytest.raises(ImportError, match=msg):
         import_optional("no_such_mod_x", "X")
 

@@ -7,19 +7,14 @@ from typing import Any
 
 import numpy as np
 
+from dataflow._optional import import_optional
+
 __all__ = ["import_cv2", "imread_bgr", "loadmat", "mat_array"]
 
 
-def import_cv2(owner: str):
+def import_cv2(owner: str) -> Any:
     """The ``cv2`` module, or an ImportError that says how to install it."""
-    try:
-        import cv2
-    except ImportError as e:
-        raise ImportError(
-            f"{owner} decodes images with OpenCV, which is not installed: "
-            "pip install 'dataflow-reloaded[imgaug]'"
-        ) from e
-    return cv2
+    return import_optional("cv2", f"{owner} (to decode images)")
 
 
 def imread_bgr(path: str, owner: str) -> np.ndarray:

@@ -6,11 +6,11 @@ naming it.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import numpy as np
 
+from dataflow._optional import import_optional
 from dataflow.imgaug import functional as fn
 from dataflow.imgaug.base import ImageAugmentor
 from dataflow.imgaug.transform import BaseTransform, Transform
@@ -19,13 +19,7 @@ __all__ = ["Albumentations", "AlbumentationsTransform", "IAATransform", "IAAugme
 
 
 def _require(module: str, pip_name: str, who: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ImportError(
-            f"{who} needs the `{pip_name}` library, which is not installed; install it with "
-            f"pip install {pip_name}"
-        ) from e
+    return import_optional(module, who)
 
 
 class IAATransform(Transform):

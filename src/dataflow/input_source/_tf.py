@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from dataflow._optional import import_optional
 from dataflow.base import DataFlow
 
 __all__ = [
@@ -21,18 +22,9 @@ __all__ = [
     "repeat_forever",
 ]
 
-_TF_EXTRA = "pip install 'dataflow-reloaded[tf]'"
-
-
-def import_tf():
-    """Imports and returns ``tensorflow``; raises an ImportError naming the extra if missing."""
-    try:
-        import tensorflow as tf
-    except ImportError as e:  # pragma: no cover - tensorflow is installed in the test env
-        raise ImportError(
-            f"dataflow.input_source needs TensorFlow >= 2.15: {_TF_EXTRA} ({e})"
-        ) from e
-    return tf
+def import_tf() -> Any:
+    """``tensorflow``, or an ImportError naming the extra that installs it."""
+    return import_optional("tensorflow", "dataflow.input_source")
 
 
 def is_graph_mode() -> bool:

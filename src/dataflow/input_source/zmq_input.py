@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dataflow._optional import import_optional
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated
 from dataflow.input_source._feeder import DataFlowFeeder, feeder_dataset
@@ -25,12 +26,8 @@ from dataflow.input_source.base import FeedfreeInput
 __all__ = ["ZMQInput"]
 
 
-def _import_zmq():
-    try:
-        import zmq
-    except ImportError as e:  # pragma: no cover - pyzmq is a core dependency
-        raise ImportError(f"ZMQInput needs pyzmq: pip install 'dataflow-reloaded' ({e})") from e
-    return zmq
+def _import_zmq() -> Any:
+    return import_optional("zmq", "ZMQInput")
 
 
 def _decode_np(obj: dict) -> Any:

@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from dataflow._optional import import_optional
 from dataflow.errors import DataFlowTerminated
 from dataflow.parallel._lifecycle import Resources
 from dataflow.parallel._processes import ProcessPool, describe_exit
@@ -69,9 +70,7 @@ SHM_MIN_BYTES = 2 * 1024 * 1024
 
 def import_zmq() -> Any:
     """Import pyzmq, or raise an ImportError that says how to install it."""
-    from dataflow.utils import import_extra
-
-    return import_extra("zmq", "the ZeroMQ back end", "pyzmq", None)
+    return import_optional("zmq", "the ZeroMQ back end")
 
 
 class FrameCodec:

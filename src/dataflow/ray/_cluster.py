@@ -17,9 +17,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from dataflow._optional import import_optional
 from dataflow.errors import DataFlowTerminated, WorkerError
 from dataflow.parallel._processes import THREAD_ENV_VARS, seed_worker
-from dataflow.utils import import_extra
 
 __all__ = [
     "ActorSlots",
@@ -44,7 +44,7 @@ START_TIMEOUT = 60.0
 
 def import_ray() -> Any:
     """The ``ray`` package, or an ``ImportError`` naming the extra to install."""
-    return import_extra("ray", "the Ray back end of dataflow", "Ray", "ray")
+    return import_optional("ray", "the Ray back end of dataflow")
 
 
 # ---- the Ray session --------------------------------------------------------------------------

@@ -20,19 +20,7 @@ __all__ = [
     "serialize_error",
 ]
 
-_EXTRAS = {"lmdb": "lmdb", "h5py": "hdf5", "tensorflow": "tf", "cv2": "imgaug"}
-
-
-def import_optional(module: str, what: str) -> Any:
-    """Import an optional backend, or raise an ImportError that names the extra to install."""
-    import importlib
-
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        extra = _EXTRAS.get(module)
-        hint = f"pip install 'dataflow-reloaded[{extra}]'" if extra else f"pip install {module}"
-        raise ImportError(f"{what} needs the optional package `{module}`; {hint}") from e
+from dataflow._optional import import_optional
 
 
 def check_source_path(path: Any, what: str, param: str = "path") -> str:
