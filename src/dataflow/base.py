@@ -72,6 +72,12 @@ class DataFlowReentrantGuard:
     def __exit__(self, *exc: object) -> None:
         self._lock.release()
 
+    def check(self) -> None:
+        """Raise now (not at the first ``next()``) if an iteration is alive: a flow calls it
+        before its ``__iter__`` begins an epoch, so that a refused iteration changes nothing."""
+        if self._lock.locked():
+            self.__enter__()  # raises
+
     def __reduce__(self):  # a lock cannot be pickled; a copy starts unlocked
         return (DataFlowReentrantGuard, (self._owner,))
 

@@ -24,8 +24,10 @@ __all__ = [
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def check_int(value: Any, name: str, minimum: int | None = None, example: int = 4) -> int:
-    """``value`` as an int (``bool`` refused), at least ``minimum`` if given."""
+def check_int(value: Any, name: str, minimum: int | None = None, example: int = 4,
+              hint: str = "") -> int:
+    """``value`` as an int (``bool`` refused), at least ``minimum`` if given; ``hint`` is
+    added to the error for a too small value."""
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(
             f"`{name}` must be an int, got {value!r} (type {type(value).__name__}); pass e.g. "
@@ -33,7 +35,8 @@ def check_int(value: Any, name: str, minimum: int | None = None, example: int = 
         )
     value = int(value.__index__())
     if minimum is not None and value < minimum:
-        raise ValueError(f"`{name}` must be >= {minimum}, got {value}; pass e.g. {name}={example}.")
+        raise ValueError(f"`{name}` must be >= {minimum}, got {value}.{hint or ''}"
+                         f"{'' if hint else f' Pass e.g. {name}={example}.'}")
     return value
 
 
@@ -59,7 +62,7 @@ def check_callable(func: Any, name: str, example: str = "lambda dp: dp") -> Call
 
 def check_choice(param: str, value: Any, choices: tuple[Any, ...]) -> Any:
     """``value`` if it is one of ``choices``, else a ``ValueError`` listing them."""
-    if value not in choices:
+    if not isinstance(value, type(choices[0])) or value not in choices:
         names = ", ".join(map(repr, choices))
         raise ValueError(f"`{param}` must be one of {names}; got {value!r}.")
     return value

@@ -56,15 +56,18 @@ def test_counters_and_resume_from_position():
     full = _epoch(ref)
     it = iter(df)
     assert [next(it)[0], next(it)[0]] == full[:2]
-    assert (df._epoch, df._position) == (0, 2)
+    state = df.state_dict()
+    assert {k: state[k] for k in ("epoch", "pos", "done")} == {"epoch": 0, "pos": 2,
+                                                              "done": False}
     it.close()  # an abandoned iteration completes the epoch
-    assert (df._epoch, df._position) == (1, 0)
+    assert df.state_dict()["done"] is True
 
     resumed = Tiny(n=5, seed=0)
     resumed.reset_state()
-    resumed._epoch, resumed._position = 0, 2
+    resumed.load_state_dict(state)
     assert _epoch(resumed) == full[2:]
-    assert (resumed._epoch, resumed._position) == (1, 0)
+    assert {k: resumed.state_dict()[k] for k in ("epoch", "pos", "done")} == {
+        "epoch": 0, "pos": 5, "done": True}
 
 
 def test_not_reentrant():

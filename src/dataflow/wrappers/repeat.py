@@ -8,16 +8,9 @@ from typing import Any
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
 from dataflow.state import EpochCounter, check_state, finished, state_done
+from dataflow.validation import check_int
 
 __all__ = ["FixedSizeData", "RepeatedData", "RepeatedDataPoint"]
-
-
-def _check_int(value: Any, name: str, minimum: int, hint: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"`{name}` must be an int, got {value!r} (type {type(value).__name__}).")
-    if value < minimum:
-        raise ValueError(f"`{name}` must be >= {minimum}, got {value}.{hint}")
-    return value
 
 
 class RepeatedData(EpochCounter, ProxyDataFlow):
@@ -29,7 +22,7 @@ class RepeatedData(EpochCounter, ProxyDataFlow):
     def __init__(self, ds: DataFlow, num: int) -> None:
         super().__init__(ds)
         if num != -1:
-            _check_int(num, "num", 0, " Use num=-1 to repeat forever.")
+            check_int(num, "num", 0, hint=" Use num=-1 to repeat forever.")
         self.num = num
         self._rep = 0  # the repetition in progress
         self._resume_rep = 0  # where a restored epoch continues
@@ -91,7 +84,7 @@ class RepeatedDataPoint(ProxyDataFlow):
 
     def __init__(self, ds: DataFlow, num: int) -> None:
         super().__init__(ds)
-        self.num = _check_int(num, "num", 1)
+        self.num = check_int(num, "num", 1)
         self._copies = 0  # copies of the datapoint in progress delivered so far
         self._resume = 0  # copies already delivered of the first datapoint after a restore
         self._before: dict[str, Any] | None = None
@@ -146,7 +139,7 @@ class FixedSizeData(EpochCounter, ProxyDataFlow):
 
     def __init__(self, ds: DataFlow, size: int, keep_state: bool = True) -> None:
         super().__init__(ds)
-        self._size = _check_int(size, "size", 0)
+        self._size = check_int(size, "size", 0)
         self._keep_state = keep_state
         self._guard = DataFlowReentrantGuard("FixedSizeData")
         self._itr: Iterator[Any] | None = None
