@@ -156,11 +156,19 @@ class FixedSizeData(EpochCounter, ProxyDataFlow):
         token, _ = self._begin()
         fresh = False  # whether the current iterator of ds is new and has yielded nothing
         if not restored and (self._itr is None or not self._keep_state):
-            self._itr = iter(self.ds)
+            self._new_child_iterator()
             fresh = True
         elif self._itr is None:
             self._itr = iter(self.ds)  # continues the child's restored epoch
         return self._run(token, fresh)
+
+    def _new_child_iterator(self) -> None:
+        """End the child's iteration in progress (if any) and begin a new one."""
+        old, self._itr = self._itr, None
+        close = getattr(old, "close", None)
+        if close is not None:
+            close()
+        self._itr = iter(self.ds)
 
     def _run(self, token: object, fresh: bool) -> Iterator[Any]:
         with self._guard:
@@ -174,7 +182,7 @@ class FixedSizeData(EpochCounter, ProxyDataFlow):
                                 "FixedSizeData: the wrapped dataflow yielded no datapoint in a "
                                 f"whole epoch, so {self._size} datapoints cannot be produced."
                             ) from None
-                        self._itr = iter(self.ds)
+                        self._new_child_iterator()
                         fresh = True
                         continue
                     fresh = False
