@@ -7,7 +7,7 @@ Measures, best of several repeats:
   2. MultiProcessMapDataZMQ(num_proc=2) with a trivial map over small datapoints (items/s);
   3. MultiThreadMapData(num_thread=2) with a cv2.resize map, 256x256x3 -> 224x224 (items/s);
   4. strict MultiProcessMapDataZMQ (2 procs, buffer 4, 100 items, 3 epochs): how many of the
-     trials complete every epoch (each trial has a 5 s limit; tensorpack's can hang, SPEC 2.7).
+     trials complete every epoch (each trial has a 5 s limit; tensorpack's can hang).
 tensorpack runs in its own virtualenv (benchmarks/.venv-tensorpack; see _common.TENSORPACK_SETUP)
 and is skipped with a note when that is missing.
 """
@@ -139,7 +139,7 @@ def measure(impl: str, phase: str) -> dict:
 
 
 def _strict(tp, ints) -> dict:
-    """4. strict mode completes every epoch (tensorpack's can hang: SPEC 2.7)."""
+    """4. strict mode completes every epoch (tensorpack's can hang)."""
 
     def on_alarm(signum, frame):
         raise TimeoutError
@@ -183,7 +183,7 @@ def main() -> None:
     if args.impl:
         out = measure(args.impl, args.phase)
         print(json.dumps(out), flush=True)
-        os._exit(0)  # tensorpack's workers can hang a normal exit (SPEC 8.1)
+        os._exit(0)  # tensorpack's workers can hang a normal exit
     script = Path(__file__).resolve()
     runs: dict[str, list[dict]] = {"ours": [], "tensorpack": []}
     for _ in range(ROUNDS):

@@ -15,7 +15,7 @@ subprocess:
   process-runner  MultiProcessRunnerZMQ: each worker runs the whole pipeline (its own copy)
   ray-runner      RayRunner: the same, each copy in a Ray actor
 
-The goal of issue 10: `ray` reaches at least 70% of `process`'s images/s.
+The goal: `ray` reaches at least 70% of `process`'s images/s.
 """
 
 from __future__ import annotations

@@ -14,8 +14,8 @@ virtualenv, benchmarks/.venv-tensorpack; skipped with a note when it is missing)
   arrays and a full read.
 * ``tensorpack``: ``tensorpack.dataflow`` serializers.
 
-Reads are sequential (``shuffle=False``), best of several repeats; saves are best of 2. Goals
-(issue 4): LMDB read >= 95% of raw cursor + loads; LMDB save >= 1.25x tensorpack; HDF5 save +
+Reads are sequential (``shuffle=False``), best of several repeats; saves are best of 2. Goals:
+LMDB read >= 95% of raw cursor + loads; LMDB save >= 1.25x tensorpack; HDF5 save +
 load >= 2x tensorpack.
 """
 

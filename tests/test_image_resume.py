@@ -1,4 +1,4 @@
-"""Exact resume of the image flows (issue 9): ``ImageFromFile`` and the augmentation flows,
+"""Exact resume of the image flows: ``ImageFromFile`` and the augmentation flows,
 whose augmentors' random streams are part of the state."""
 
 from __future__ import annotations

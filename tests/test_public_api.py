@@ -10,7 +10,7 @@ import pytest
 
 import dataflow
 
-# SPEC section 1 (base, common, raw) with tensorpack's positional parameters and defaults
+# tensorpack's public names (base, common, raw) with tensorpack's positional parameters and defaults
 SIGNATURES = {
     "DataFlow": None,
     "ProxyDataFlow": "(ds)",
@@ -129,7 +129,7 @@ def test_lmdb_data_point_reads_what_lmdb_serializer_saved(tmp_path):
 
 
 def test_tensorpack_name_count():
-    # SPEC section 1: 52 names plus the submodules imgaug and dataset
+    # tensorpack's 52 names plus the submodules imgaug and dataset
     assert len(SIGNATURES) == 52
     assert dataflow.imgaug.Flip is not None
     assert dataflow.dataset.Mnist is not None

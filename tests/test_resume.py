@@ -1,4 +1,4 @@
-"""Exact resume of sources and wrappers (issue 9): ``check_resume`` at every step."""
+"""Exact resume of sources and wrappers: ``check_resume`` at every step."""
 
 from __future__ import annotations
 

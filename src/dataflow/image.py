@@ -15,7 +15,7 @@ Differences from tensorpack, on purpose:
   write into their input) and copies only a result that would share memory with the input
   (a crop view, an unflipped image); user-defined augmentors still get a private copy first.
 
-Resumable (issue 9): ``ImageFromFile`` saves epoch, position and seed (a restored flow reads
+Resumable: ``ImageFromFile`` saves epoch, position and seed (a restored flow reads
 no file before the position); the augmentation flows save their input's state and the stream of
 every augmentor in the tree, so a restored pipeline draws the same transforms. Not covered:
 randomness outside the augmentors' ``rng`` (albumentations / imgaug draw from their own

@@ -1,4 +1,4 @@
-"""Exact resume of every dataset loader (issue 9): ``check_resume`` at every step over two
+"""Exact resume of every dataset loader: ``check_resume`` at every step over two
 epochs, shuffled and not, the counters in the state, and mismatch errors."""
 
 from __future__ import annotations

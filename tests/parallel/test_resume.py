@@ -1,4 +1,4 @@
-"""Resumable iteration of the parallel mappers (issue 9): exact for ordered ones (strict or not),
+"""Resumable iteration of the parallel mappers: exact for ordered ones (strict or not),
 no loss and no repetition for unordered ones; counters only for ``RemoteDataZMQ``. The runners'
 resume is tested in ``test_runner.py``."""
 

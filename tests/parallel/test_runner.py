@@ -1,4 +1,4 @@
-"""Runners resume every worker's stream right after its last delivered datapoint (issue 9)."""
+"""Runners resume every worker's stream right after its last delivered datapoint."""
 
 from __future__ import annotations
 

@@ -37,7 +37,7 @@ def test_work_is_spread_over_every_worker():
 
 @pytest.mark.slow
 def test_strict_never_loses_a_request_under_stress():
-    # tensorpack lost early requests while REP workers connected (SPEC 2.7); check many
+    # tensorpack lost early requests while REP workers connected; check many
     # fresh starts with tiny and large buffers
     for buffer_size in (1, 2, 4, 50):
         for n in (0, 1, 3, 100):

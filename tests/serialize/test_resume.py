@@ -1,4 +1,4 @@
-"""Exact resume of the serializer-backed readers (issue 9), without re-reading the delivered
+"""Exact resume of the serializer-backed readers, without re-reading the delivered
 part, and clear errors for states of another file."""
 
 from __future__ import annotations

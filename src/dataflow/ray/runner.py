@@ -154,9 +154,9 @@ class _RayRunnerTransport:
 class RayRunner(RunnerBase):
     """Run ``num_workers`` independent copies of ``ds``, each in a Ray actor.
 
-    The contract of :class:`~dataflow.parallel.MultiProcessRunnerZMQ` (tensorpack's runners,
-    SPEC 2.6): each actor calls ``dataflow.rng.set_worker_info(i)``, resets its copy of ``ds``
-    and iterates it forever; each ``__iter__`` yields ``len(ds)`` datapoints (or forever if the
+    The contract of :class:`~dataflow.parallel.MultiProcessRunnerZMQ` (tensorpack's runners):
+    each actor resets its copy of ``ds`` as runner worker ``i`` (its random stages key their
+    streams by ``i``) and iterates it forever; each ``__iter__`` yields ``len(ds)`` datapoints (or forever if the
     length is unknown); an exception in a copy is raised in the consumer as
     :class:`~dataflow.errors.WorkerError` with the remote traceback.
 

@@ -49,7 +49,7 @@ from dataflow.state import ReaderState, mismatch
 __all__ = ["TFRecordData", "TFRecordSerializer"]
 
 READERS = ("auto", "builtin", "tf")
-DEFAULT_READER = "auto"  # TensorFlow when installed (issue 4); reader="builtin" is faster
+DEFAULT_READER = "auto"  # TensorFlow when installed; reader="builtin" is faster
 
 
 def _resolve_reader(reader: str | None) -> str:
