@@ -156,8 +156,8 @@ class RayRunner(RunnerBase):
 
     The contract of :class:`~dataflow.parallel.MultiProcessRunnerZMQ` (tensorpack's runners):
     each actor resets its copy of ``ds`` as runner worker ``i`` (its random stages key their
-    streams by ``i``) and iterates it forever; each ``__iter__`` yields ``len(ds)`` datapoints (or forever if the
-    length is unknown); an exception in a copy is raised in the consumer as
+    streams by ``i``) and iterates it forever; each ``__iter__`` yields ``len(ds)`` datapoints
+    (or forever if the length is unknown); an exception in a copy is raised in the consumer as
     :class:`~dataflow.errors.WorkerError` with the remote traceback.
 
     Datapoints travel in chunks of up to ``chunk_size`` messages (one request in flight per
