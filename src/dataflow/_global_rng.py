@@ -45,7 +45,10 @@ def _bound_to(module: Any, instance: Any) -> list[str]:
     ]
 
 
-def _np_dispatch(name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
+def _dispatch(name: str, orig: Callable[..., Any],
+              generator: Callable[[_rng.InputScope], Any]) -> Callable[..., Any]:
+    """``orig`` (a module-level function), or inside an input scope the method ``name`` of
+    that input's ``generator(scope)``."""
     current = _rng.current_input_scope
 
     @functools.wraps(orig)
@@ -53,22 +56,14 @@ def _np_dispatch(name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
         scope = current()
         if scope is None:
             return orig(*args, **kwargs)
-        return getattr(scope.rng(_NP_OWNER), name)(*args, **kwargs)
+        return getattr(generator(scope), name)(*args, **kwargs)
 
     return dispatch
 
 
-def _py_dispatch(name: str, orig: Callable[..., Any]) -> Callable[..., Any]:
-    current = _rng.current_input_scope
-
-    @functools.wraps(orig)
-    def dispatch(*args: Any, **kwargs: Any) -> Any:
-        scope = current()
-        if scope is None:
-            return orig(*args, **kwargs)
-        return getattr(_py_random(scope), name)(*args, **kwargs)
-
-    return dispatch
+def _np_random(scope: _rng.InputScope) -> Any:
+    """A ``RandomState`` for the input of ``scope``."""
+    return scope.rng(_NP_OWNER)
 
 
 def _py_random(scope: _rng.InputScope) -> random.Random:
@@ -96,11 +91,11 @@ def install() -> None:
         for name in _bound_to(np.random, np_rand):
             orig = getattr(np.random, name)
             _saved.append((np.random, name, orig))
-            setattr(np.random, name, _np_dispatch(name, orig))
+            setattr(np.random, name, _dispatch(name, orig, _np_random))
         for name in _bound_to(random, random._inst):  # type: ignore[attr-defined]
             orig = getattr(random, name)
             _saved.append((random, name, orig))
-            setattr(random, name, _py_dispatch(name, orig))
+            setattr(random, name, _dispatch(name, orig, _py_random))
 
 
 def uninstall() -> None:

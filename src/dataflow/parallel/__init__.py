@@ -41,20 +41,15 @@ from dataflow.parallel.zmq_map import (
 from dataflow.parallel.zmq_runner import MultiProcessRunnerZMQ, PrefetchDataZMQ
 
 
-def ThreadedMapData(
-    ds: Any,
-    nr_thread: int | None = None,
-    map_func: Callable[[Any], Any] | None = None,
-    buffer_size: int = 200,
-    strict: bool = False,
-    *,
-    ordered: bool = False,
-) -> MultiThreadMapData:
+def ThreadedMapData(ds: Any, nr_thread: int | None = None,
+                    map_func: Callable[[Any], Any] | None = None, buffer_size: int = 200,
+                    strict: bool = False, **options: Any) -> MultiThreadMapData:
     """tensorpack's older name of :class:`MultiThreadMapData`, with its older parameter name
-    (``nr_thread``, now ``num_thread``): old scripts call
-    ``ThreadedMapData(ds, nr_thread=25, map_func=f, buffer_size=1000)``."""
+    (``nr_thread``, now ``num_thread``) and positional ``buffer_size`` and ``strict``: old
+    scripts call ``ThreadedMapData(ds, nr_thread=25, map_func=f, buffer_size=1000)``.
+    ``options`` are :class:`MultiThreadMapData`'s other keywords."""
     return MultiThreadMapData(ds, nr_thread, map_func, buffer_size=buffer_size, strict=strict,
-                              ordered=ordered)
+                              **options)
 
 __all__ = [
     "MultiProcessMapAndBatchData",

@@ -175,15 +175,19 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         return MapScheduler(self._transport, self.buffer_size, self.ordered, self._chunk_size(),
                             self.strict, type(self).__name__)
 
+    #: a chunk is at most ``1 / _CHUNK_SHARE`` of a worker's share of the buffer, and at most
+    #: ``_CHUNK_MAX`` inputs
+    _CHUNK_SHARE, _CHUNK_MAX = 4, 16
+
     def _chunk_size(self) -> int:
         """Inputs per request: up to 16 (fewer queue operations and messages), but small enough
         to keep every worker busy: at most a quarter of a worker's share of the buffer and,
         in strict mode, of one epoch (tiny epochs of heavy maps stay parallel)."""
-        share = self.buffer_size // (4 * self.num_workers)
+        share = self.buffer_size // (self._CHUNK_SHARE * self.num_workers)
         n = known_length(self.ds) if self.strict else None
         if n:
             share = min(share, n // (4 * self.num_workers))
-        return max(1, min(16, share))
+        return max(1, min(self._CHUNK_MAX, share))
 
     def reset_state(self) -> None:
         """Reset ``ds`` (in this process) and start the workers. Idempotent."""

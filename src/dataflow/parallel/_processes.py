@@ -39,11 +39,13 @@ from dataflow.parallel._worker import seed_globals
 
 __all__ = [
     "THREAD_ENV_VARS",
+    "PooledTransport",
     "ProcessPool",
     "check_picklable",
     "get_context",
     "limited_thread_env",
     "parent_info",
+    "start_pool",
     "worker_bootstrap",
 ]
 
@@ -418,3 +420,35 @@ class ProcessPool:
         """A message received: a runner worker that sent END or ERROR is not dead when it exits."""
         if msg[0] in (END, ERROR) and not self.mapper:
             self.reported.add(msg[1])
+
+
+class PooledTransport:
+    """A consumer's transport whose workers are ``pool``'s processes: ``receive`` interleaves
+    the pool's death checks with the transport's own ``_raw(timeout)`` receive."""
+
+    pool: ProcessPool | None = None
+
+    def _raw(self, timeout: float) -> tuple | None:
+        raise NotImplementedError
+
+    def receive(self, timeout: float) -> tuple | None:
+        pool = self.pool
+        if pool is None:
+            return self._raw(timeout)
+        msg = pool.poll(self._raw)
+        if msg is not None:
+            return msg
+        msg = self._raw(timeout)
+        if msg is None:
+            return pool.idle(self._raw)
+        pool.note(msg)
+        return msg
+
+
+def start_pool(target: Callable[..., None], args: Sequence[tuple], start_method: str | None,
+               name: str, picklable: tuple[str, Any], mapper: bool = False) -> ProcessPool:
+    """A :class:`ProcessPool` of ``target(*args[i])``, started."""
+    pool = ProcessPool(target, args, start_method=start_method, name=name, picklable=picklable,
+                       mapper=mapper)
+    pool.start()
+    return pool

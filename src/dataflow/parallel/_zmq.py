@@ -36,7 +36,7 @@ from typing import Any
 from dataflow._optional import import_optional
 from dataflow.errors import DataFlowTerminated
 from dataflow.parallel._lifecycle import Resources
-from dataflow.parallel._processes import ProcessPool, describe_exit
+from dataflow.parallel._processes import PooledTransport, ProcessPool, describe_exit
 from dataflow.parallel._protocol import DATA, ERROR, READY, STATE, ErrorInfo
 from dataflow.parallel.shared_memory import (
     RING_BYTES,
@@ -245,7 +245,26 @@ def _poll_raw(sock: Any, zmq: Any, timeout: float, copy: bool) -> list[Any] | No
             return None
 
 
-class ZmqMapTransport:
+class _Consumer(PooledTransport):
+    """What the two consumer transports share: the decoder of the workers' messages, the
+    budget of replacements, and the channel of a replacement worker."""
+
+    decoder: FrameDecoder
+    _channels: int = 0  # channel ids of the workers started so far
+
+    def _new_channel(self) -> tuple[int, Ring | None]:
+        """The channel id and ring (with shared rings) of a replacement worker: new ones, so
+        that nothing it sends is confused with what the dead worker left behind."""
+        ring = None
+        if self.decoder.rings is not None:
+            ring = Ring(RING_BYTES)
+            self.decoder.rings.append(ring)
+        channel = self._channels
+        self._channels += 1
+        return channel, ring
+
+
+class ZmqMapTransport(_Consumer):
     """A mapper's consumer side: a ROUTER socket, readiness tracking, least-loaded dispatch.
 
     Dispatch cannot lose a request: each worker connects a DEALER with identity ``w<id>`` and
@@ -342,12 +361,7 @@ class ZmqMapTransport:
                              "it is not sent again", "", None, slot, idx, self.name)
             self._pending.append((ERROR, slot, info))
             self._pending.append((DATA, slot, [(idx, None)]))
-        ring = None
-        if self.decoder.rings is not None:
-            ring = Ring(RING_BYTES)
-            self.decoder.rings.append(ring)
-        channel = self._channels
-        self._channels += 1
+        channel, ring = self._new_channel()
         progress = self.progress[slot] if slot < len(self.progress) else None
         if progress is not None:
             progress.value = -1
@@ -384,18 +398,6 @@ class ZmqMapTransport:
                 self.load[wid] = max(0, self.load[wid] - len(msg[2]))
             return msg
 
-    def _receive(self, timeout: float) -> tuple | None:
-        pool = self.pool
-        if pool is None:
-            return self._raw(timeout)
-        msg = pool.poll(self._raw)
-        if msg is not None:
-            return msg
-        msg = self._raw(timeout)
-        if msg is None:
-            return pool.idle(self._raw)
-        return msg
-
     def submit(self, chunk: list) -> None:
         self.res.check(self.name)
         self._flush_resend()
@@ -404,7 +406,7 @@ class ZmqMapTransport:
     def _send(self, chunk: list) -> None:
         while True:
             while not self.ready:
-                msg = self._receive(0.2)
+                msg = PooledTransport.receive(self, 0.2)
                 if msg is not None:
                     self._pending.append(msg)
             wid = min(self.ready, key=self.load.__getitem__)
@@ -425,7 +427,7 @@ class ZmqMapTransport:
         self._flush_resend()
         if self._pending:
             return self._pending.popleft()
-        return self._receive(timeout)
+        return super().receive(timeout)
 
 
 class RestartBudget:
@@ -448,7 +450,7 @@ class RestartBudget:
         return True
 
 
-class ZmqRunnerTransport:
+class ZmqRunnerTransport(_Consumer):
     """A runner's consumer side: a PULL socket bound to a private endpoint.
 
     With ``attach(pool, respawn, max_restarts, starts)``, a worker that dies is replaced by one
@@ -496,12 +498,7 @@ class ZmqRunnerTransport:
         proc = pool.procs[w]
         count, state, skip = self.ckpt[w]
         start = (state, skip + self.received[w] - count)
-        ring = None
-        if self.decoder.rings is not None:
-            ring = Ring(RING_BYTES)
-            self.decoder.rings.append(ring)
-        channel = self._channels
-        self._channels += 1
+        channel, ring = self._new_channel()
         self.offset[w] = self.received[w]
         pool.replace(w, self._respawn(w, channel, ring, start))
         logger.warning(
@@ -546,18 +543,6 @@ class ZmqRunnerTransport:
             count += self.offset[w]  # counted from the start of the worker's first process
             self.ckpt[w] = (count, state, 0)
             msg = (STATE, w, (count, state))
-        return msg
-
-    def receive(self, timeout: float) -> tuple | None:
-        pool = self.pool
-        assert pool is not None
-        msg = pool.poll(self._raw)
-        if msg is not None:
-            return msg
-        msg = self._raw(timeout)
-        if msg is None:
-            return pool.idle(self._raw)
-        pool.note(msg)
         return msg
 
 

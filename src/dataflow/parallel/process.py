@@ -10,10 +10,12 @@ from typing import Any
 from dataflow.base import DataFlow
 from dataflow.parallel._lifecycle import Resources
 from dataflow.parallel._processes import (
+    PooledTransport,
     ProcessPool,
     get_context,
     globals_seed,
     parent_info,
+    start_pool,
     worker_bootstrap,
 )
 from dataflow.parallel._runner import RunnerBase
@@ -36,7 +38,7 @@ def _mp_runner_main(
     q.join_thread()  # flush the last message (END / ERROR) before exiting
 
 
-class _QueueTransport:
+class _QueueTransport(PooledTransport):
     """The consumer side: ``get`` from the queue, with the pool's death checks."""
 
     def __init__(self, q: Any, pool: ProcessPool, res: Resources, name: str) -> None:
@@ -49,34 +51,16 @@ class _QueueTransport:
         except queue.Empty:
             return None
 
-    def receive(self, timeout: float) -> tuple | None:
-        pool = self.pool
-        msg = pool.poll(self._raw)
-        if msg is not None:
-            return msg
-        msg = self._raw(timeout)
-        if msg is None:
-            return pool.idle(self._raw)
-        pool.note(msg)
-        return msg
-
 
 class MultiProcessRunner(RunnerBase):
     """Run ``num_proc`` independent copies of ``ds`` in processes, through one queue.
 
-    Tensorpack's contract: each worker resets its own copy of ``ds`` and iterates
-    it forever; with ``num_proc > 1`` an unshuffled ``ds`` is therefore seen ``num_proc``
-    times. Each ``__iter__`` yields ``len(ds)`` datapoints (or forever if the length is
-    unknown). Transport is a ``multiprocessing.Queue(num_prefetch)``, so it works with every
-    start method and on Windows; :class:`MultiProcessRunnerZMQ` is faster.
-
-    Unlike tensorpack: an exception in a worker (or a killed worker) is raised in the consumer
-    as :class:`~dataflow.errors.WorkerError`; ``reset_state()`` twice is fine; workers never
-    outlive the consumer.
-
-    ``state_dict()`` saves counters only: the workers iterate independent copies of ``ds``, so
-    a restore cannot be exact; the restored epoch yields the datapoints it had left (see
-    :meth:`RunnerBase.state_dict <dataflow.parallel._runner.RunnerBase.state_dict>`).
+    The contract of :class:`MultiProcessRunnerZMQ` (copies, epochs, seeds, errors, resumable
+    state), through a ``multiprocessing.Queue(num_prefetch)``: it works with every start
+    method and on Windows; :class:`MultiProcessRunnerZMQ` is faster. Unlike it, a worker that
+    dies is not replaced: the death is raised as a :class:`~dataflow.errors.WorkerError` (the
+    queue may be left locked by a process killed while writing to it, so it is not used
+    again); and ``reset_state()`` twice is fine.
 
     Args:
         ds: the flow to copy into each worker.
@@ -107,15 +91,11 @@ class MultiProcessRunner(RunnerBase):
         ctx = get_context(self.start_method)
         self._queue = ctx.Queue(self.num_prefetch)
         parent = parent_info()
-        self._pool = ProcessPool(
+        self._pool = start_pool(
             _mp_runner_main,
             [(self.ds, self._queue, i, parent, globals_seed(self, i), self._worker_start(i))
-             for i in range(self.num_proc)],
-            start_method=self.start_method,
-            name=type(self).__name__,
-            picklable=("ds", self.ds),
-        )
-        self._pool.start()
+             for i in range(self.num_proc)], self.start_method, type(self).__name__,
+            ("ds", self.ds))
         q = self._queue
         self._queue = None
         self._resources = res = Resources()

@@ -92,8 +92,10 @@ class _ZmqMapperBase(MapperBase):
     _worker_arg = "num_proc"
     _batch_size: int | None = None
 
-    def _init_zmq(self, start_method: str | None, use_shm: bool, max_restarts: int) -> None:
+    def _init_zmq(self, start_method: str | None, use_shm: bool, max_restarts: int,
+                  seed: int | None) -> None:
         self.num_proc = self.num_workers
+        self.seed = seed
         self.max_restarts = check_int(max_restarts, "max_restarts", minimum=0, example=3)
         self.start_method = start_method
         get_context(start_method)  # validate now
@@ -120,17 +122,15 @@ class _ZmqMapperBase(MapperBase):
 
         ctx = get_context(self.start_method)
         progress = [ctx.Value("q", -1, lock=False) for _ in range(self.num_proc)]
-        self._pool = ProcessPool(
+        self._pool = pool = ProcessPool(
             _zmq_map_main,
             [args(i, i, rings[i] if rings else None, progress[i]) for i in range(self.num_proc)],
-            start_method=self.start_method,
-            name=stage,
-            picklable=("map_func", self.map_func),
+            start_method=self.start_method, name=stage, picklable=("map_func", self.map_func),
             mapper=True,
         )
-        transport.attach(self._pool, args, self.max_restarts, progress,
+        transport.attach(pool, args, self.max_restarts, progress,
                          known_length(self.ds) or RESTART_WINDOW)
-        self._pool.start()
+        pool.start()
 
     def _stop(self) -> None:
         if self._pool is not None:
@@ -193,8 +193,7 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
     ) -> None:
         super().__init__(ds, num_proc, map_func, buffer_size, strict, ordered, on_error,
                          max_errors)
-        self.seed = seed
-        self._init_zmq(start_method, use_shm, max_restarts)
+        self._init_zmq(start_method, use_shm, max_restarts, seed)
 
 
 class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
@@ -254,10 +253,9 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
             )
         super().__init__(ds, num_proc, map_func, buffer_size, False, False, on_error,
                          max_errors)
-        self.seed = seed
         self.batch_size = self._batch_size = batch_size
         self._batches: deque[Any] = deque()
-        self._init_zmq(start_method, use_shm, max_restarts)
+        self._init_zmq(start_method, use_shm, max_restarts, seed)
 
     def __len__(self) -> int:
         raise UnknownLengthError(

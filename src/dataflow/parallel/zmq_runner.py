@@ -13,6 +13,7 @@ from dataflow.parallel._processes import (
     get_context,
     globals_seed,
     parent_info,
+    start_pool,
     worker_bootstrap,
 )
 from dataflow.parallel._runner import RunnerBase
@@ -156,14 +157,10 @@ class MultiProcessRunnerZMQ(RunnerBase):
             return (ds, address, w, parent, seeds[w], hwm, shm_prefix, ring, start, channel)
 
         starts = [self._worker_start(i) for i in range(self.num_proc)]
-        self._pool = ProcessPool(
+        self._pool = start_pool(  # before creating the context: never fork a process with
             _zmq_runner_main,
             [args(i, i, rings[i] if rings else None, starts[i]) for i in range(self.num_proc)],
-            start_method=self.start_method,
-            name=name,
-            picklable=("ds", self.ds),
-        )
-        self._pool.start()  # before creating the context: never fork a process with
+            self.start_method, name, ("ds", self.ds))
         transport.bind()  # ZeroMQ's I/O threads running (a replacement is forked later)
         n = known_length(self.ds)
         transport.attach(self._pool, args, self.max_restarts, starts,

@@ -13,21 +13,8 @@ from dataflow.base import DataFlow
 from dataflow.errors import WorkerError
 from dataflow.parallel._mapper import MapperBase
 from dataflow.parallel._worker import map_loop
-from dataflow.ray._cluster import (
-    ActorSlots,
-    acquire_ray,
-    actor_threads,
-    check_options,
-    check_retries,
-    describe,
-    import_ray,
-    is_lost,
-    local_cpus,
-    release_ray,
-    task_error,
-    worker_setup,
-)
-from dataflow.validation import check_positive_int, known_length
+from dataflow.ray import _cluster as cluster
+from dataflow.validation import check_positive_int
 
 __all__ = ["RayMapData"]
 
@@ -37,7 +24,7 @@ class _MapActor:
 
     def __init__(self, map_func: Callable[[Any], Any], worker_id: int, global_seed: int | None,
                  stage: str, threads: int, inputs: tuple[int, tuple[int, ...]]) -> None:
-        worker_setup(worker_id, global_seed, None, dispatch_globals=True, threads=threads)
+        cluster.worker_setup(worker_id, global_seed, None, dispatch_globals=True, threads=threads)
         self.map_func, self.worker_id, self.stage = map_func, worker_id, stage
         self.inputs = inputs
 
@@ -60,7 +47,7 @@ class _RayMapTransport:
     it was running: an actor runs its tasks in order) counts a retry, and a chunk retried more
     than ``max_retries`` times raises (a poison input, not a lost node)."""
 
-    def __init__(self, slots: ActorSlots, make_args: Callable[[int], tuple],
+    def __init__(self, slots: cluster.ActorSlots, make_args: Callable[[int], tuple],
                  max_retries: int) -> None:
         self.ray = slots.ray
         self.slots = slots
@@ -92,9 +79,9 @@ class _RayMapTransport:
             msgs = ray.get(ref)
         except ray.exceptions.RayError as e:
             self.slots.check_open()  # (close() from another thread kills the actors)
-            if not is_lost(ray, e):
+            if not cluster.is_lost(ray, e):
                 self._pop(ref)
-                raise task_error(e, w, self.slots.stage, chunk[0][0]) from e
+                raise cluster.task_error(e, w, self.slots.stage, chunk[0][0]) from e
             self._lost(w, gen, e)
             return None
         self._pop(ref)
@@ -115,7 +102,7 @@ class _RayMapTransport:
             raise WorkerError(
                 "WorkerDied",
                 f"the Ray actor of worker {w} was lost while mapping {len(chunk)} input(s), "
-                f"after {retries} retries of them ({describe(exc)}). A node or "
+                f"after {retries} retries of them ({cluster.describe(exc)}). A node or "
                 "process died; if map_func itself crashes the process on these inputs, fix it, "
                 "else raise `max_retries`.",
                 worker_id=w, index=chunk[0][0], stage=self.slots.stage,
@@ -199,7 +186,7 @@ class RayMapData(MapperBase):
         on_error: str = "raise",
         max_errors: int | float | None = None,
     ) -> None:
-        ray = import_ray()
+        ray = cluster.import_ray()
         if callable(num_workers) and not callable(map_func):  # the order of earlier releases
             warnings.warn(
                 "RayMapData(ds, map_func, num_workers) is deprecated: the arguments are now "
@@ -216,38 +203,34 @@ class RayMapData(MapperBase):
         self.chunk_size = (None if chunk_size is None
                            else check_positive_int(chunk_size, "chunk_size", 16))
         self.address = address
-        self.actor_options = check_options(actor_options)
-        self.max_retries = check_retries(max_retries)
+        self.actor_options = cluster.check_options(actor_options)
+        self.max_retries = cluster.check_retries(max_retries)
         self._owns_ray = False
-        self._slots: ActorSlots | None = None
+        self._slots: cluster.ActorSlots | None = None
         self._transport: _RayMapTransport | None = None
 
+    # by default up to 64 inputs per task, half of a worker's share of the buffer (so that each
+    # actor has a chunk queued behind the one it runs): a Ray task costs more than a message
+    _CHUNK_SHARE, _CHUNK_MAX = 2, 64
+
     def _chunk_size(self) -> int:
-        """``chunk_size``, or by default up to 64 inputs per task: half of a worker's share of
-        the buffer (so each actor has a chunk queued behind the one it runs), at most a quarter
-        of a worker's share of a strict epoch (tiny epochs of heavy maps stay parallel)."""
-        if self.chunk_size is not None:
-            return self.chunk_size
-        share = self.buffer_size // (2 * self.num_workers)
-        n = known_length(self.ds) if self.strict else None
-        if n:
-            share = min(share, n // (4 * self.num_workers))
-        return max(1, min(64, share))
+        """``chunk_size``, or the mappers' default with Ray's bounds."""
+        return self.chunk_size if self.chunk_size is not None else super()._chunk_size()
 
     def _start(self) -> None:
-        ray = import_ray()
+        ray = cluster.import_ray()
         cpus = float(self.actor_options.get("num_cpus", 1))
-        self._owns_ray = acquire_ray(self.address, self.num_workers * cpus)
+        self._owns_ray = cluster.acquire_ray(self.address, self.num_workers * cpus)
         stage = type(self).__name__
         func, seed = ray.put(self.map_func), _rng.get_seed()
-        threads = actor_threads(self.actor_options)
+        threads = cluster.actor_threads(self.actor_options)
         inputs = self._inputs
 
         def make_args(i: int) -> tuple:
             return (func, i, seed, stage, threads, inputs)
 
-        self._slots = slots = ActorSlots(ray, _MapActor, self.num_workers, self.actor_options,
-                                         stage)
+        self._slots = slots = cluster.ActorSlots(ray, _MapActor, self.num_workers,
+                                                 self.actor_options, stage)
         slots.start(make_args)
         self._transport = _RayMapTransport(slots, make_args, self.max_retries)
 
@@ -261,14 +244,14 @@ class RayMapData(MapperBase):
             self._slots.kill_all()
             self._slots = None
         owned, self._owns_ray = self._owns_ray, False
-        release_ray(owned)
+        cluster.release_ray(owned)
 
 
 def _default_workers(ray: Any, address: str | None) -> int:
     if ray.is_initialized():
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
     if address is None:
-        return local_cpus()
+        return cluster.local_cpus()
     raise ValueError(
         f"`num_workers` must be given when connecting to a cluster with address={address!r} "
         "(dataflow does not connect before reset_state()); pass e.g. num_workers=8, or call "

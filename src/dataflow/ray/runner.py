@@ -20,19 +20,7 @@ from dataflow.parallel._processes import globals_seed
 from dataflow.parallel._protocol import DATA, END, ERROR, STATE
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._worker import queue_emitter, runner_loop
-from dataflow.ray._cluster import (
-    ActorSlots,
-    acquire_ray,
-    actor_threads,
-    check_options,
-    check_retries,
-    describe,
-    import_ray,
-    is_lost,
-    release_ray,
-    task_error,
-)
-from dataflow.ray._cluster import worker_setup as _worker_setup
+from dataflow.ray import _cluster as cluster
 from dataflow.validation import check_positive_int
 
 __all__ = ["RayRunner"]
@@ -47,7 +35,7 @@ class _RunnerActor:
     def __init__(self, ds: DataFlow, worker_id: int, global_seed: int | None, stage: str,
                  start: tuple[Any, int] | None, num_prefetch: int, threads: int,
                  seed: tuple[int, tuple[int, ...]]) -> None:
-        _worker_setup(worker_id, global_seed, seed, threads=threads)
+        cluster.worker_setup(worker_id, global_seed, seed, threads=threads)
         self.queue: queue.Queue = queue.Queue(num_prefetch)
         self.stop = threading.Event()
         self.thread = threading.Thread(
@@ -81,7 +69,7 @@ class _RayRunnerTransport:
     replaced by one that continues its copy's stream right after the last datapoint received
     (from that copy's last state, skipping what was received since)."""
 
-    def __init__(self, slots: ActorSlots, make_args: Callable[[int, Any], tuple],
+    def __init__(self, slots: cluster.ActorSlots, make_args: Callable[[int, Any], tuple],
                  starts: list[tuple[Any, int]], chunk_size: int, max_retries: int) -> None:
         self.ray = slots.ray
         self.make_args = make_args
@@ -114,8 +102,8 @@ class _RayRunnerTransport:
             msgs = ray.get(ref)
         except ray.exceptions.RayError as e:
             self.slots.check_open()  # (close() from another thread kills the actors)
-            if not is_lost(ray, e):
-                raise task_error(e, w, self.slots.stage) from e
+            if not cluster.is_lost(ray, e):
+                raise cluster.task_error(e, w, self.slots.stage) from e
             self._lost(w, e)
             return None
         self.failures[w] = 0
@@ -140,7 +128,7 @@ class _RayRunnerTransport:
             raise WorkerError(
                 "WorkerDied",
                 f"the Ray actor of worker {w} was lost {self.failures[w]} times in a row "
-                f"({describe(exc)}). A node or process died; if the flow itself "
+                f"({cluster.describe(exc)}). A node or process died; if the flow itself "
                 "crashes its process, fix it, else raise `max_retries`.",
                 worker_id=w, stage=self.slots.stage,
             ) from exc
@@ -198,31 +186,31 @@ class RayRunner(RunnerBase):
         actor_options: dict[str, Any] | None = None,
         max_retries: int = 3,
     ) -> None:
-        import_ray()
+        cluster.import_ray()
         super().__init__(ds)
         self.num_workers = self._num_workers = check_positive_int(num_workers, "num_workers")
         self.num_prefetch = check_positive_int(num_prefetch, "num_prefetch", 64)
         self.chunk_size = check_positive_int(chunk_size, "chunk_size", 16)
         self.address = address
-        self.actor_options = check_options(actor_options)
-        self.max_retries = check_retries(max_retries)
+        self.actor_options = cluster.check_options(actor_options)
+        self.max_retries = cluster.check_retries(max_retries)
         self._owns_ray = False
-        self._slots: ActorSlots | None = None
+        self._slots: cluster.ActorSlots | None = None
 
     def _start(self) -> None:
-        ray = import_ray()
+        ray = cluster.import_ray()
         cpus = float(self.actor_options.get("num_cpus", 1))
-        self._owns_ray = acquire_ray(self.address, self.num_workers * cpus)
+        self._owns_ray = cluster.acquire_ray(self.address, self.num_workers * cpus)
         # (the closures must not refer to self: no cycle, so that garbage collection closes it)
         ds_ref, seed, stage = ray.put(self.ds), _rng.get_seed(), type(self).__name__
-        prefetch, threads = self.num_prefetch, actor_threads(self.actor_options)
+        prefetch, threads = self.num_prefetch, cluster.actor_threads(self.actor_options)
         seeds = [globals_seed(self, i) for i in range(self.num_workers)]
 
         def make_args(i: int, start: tuple[Any, int] | None) -> tuple:
             return (ds_ref, i, seed, stage, start, prefetch, threads, seeds[i])
 
         starts = [self._worker_start(i) for i in range(self.num_workers)]
-        self._slots = slots = ActorSlots(ray, _RunnerActor, self.num_workers,
+        self._slots = slots = cluster.ActorSlots(ray, _RunnerActor, self.num_workers,
                                          self.actor_options, stage)
         slots.start(lambda i: make_args(i, starts[i]))
         transport = _RayRunnerTransport(slots, make_args, [s or (None, 0) for s in starts],
@@ -239,7 +227,7 @@ class RayRunner(RunnerBase):
             self._slots.kill_all()
             self._slots = None
         owned, self._owns_ray = self._owns_ray, False
-        release_ray(owned)
+        cluster.release_ray(owned)
 
 
 class _ClosedTransport:
