@@ -7,10 +7,11 @@ from collections.abc import Iterator
 import numpy as np
 
 from dataflow.base import DataFlowReentrantGuard, RNGDataFlow
+from dataflow.dataset._io import imread_bgr
 from dataflow.state import ReaderState
 from dataflow.validation import check_choice
 
-__all__ = ["IndexedDataset", "check_choice"]
+__all__ = ["ImageListDataset", "IndexedDataset", "check_choice"]
 
 
 class IndexedDataset(ReaderState, RNGDataFlow):
@@ -58,3 +59,26 @@ class IndexedDataset(ReaderState, RNGDataFlow):
                     yield dp
             finally:
                 self._end(token)
+
+
+class ImageListDataset(IndexedDataset):
+    """A loader of the images listed in ``self.imglist`` (``(path, label)`` pairs): yields
+    ``[image, label]``, the image decoded by OpenCV (BGR ``uint8``). Subclasses fill
+    ``imglist`` and then call :meth:`_ready`."""
+
+    imglist: list[tuple[str, int]]
+
+    def _ready(self, name: str, shuffle: bool | None, seed: int | None) -> None:
+        """Set up the iteration; ``shuffle=None`` shuffles the ``'train'`` split only."""
+        self._init_iteration(name == "train" if shuffle is None else shuffle, seed)
+
+    def __len__(self) -> int:
+        return len(self.imglist)
+
+    def _datapoint(self, index: int) -> list:
+        path, label = self.imglist[index]
+        return [imread_bgr(self._path(path), type(self).__name__), label]
+
+    def _path(self, path: str) -> str:
+        """The file of an ``imglist`` entry."""
+        return path

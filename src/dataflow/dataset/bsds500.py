@@ -56,13 +56,8 @@ class BSDS500(IndexedDataset):
     Images are read in sorted file order (tensorpack used unsorted glob order).
     """
 
-    def __init__(
-        self,
-        name: str,
-        data_dir: str | os.PathLike | None = None,
-        shuffle: bool = True,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, name: str, data_dir: str | os.PathLike | None = None,
+                 shuffle: bool = True, seed: int | None = None) -> None:
         owner = type(self).__name__
         self.name = check_choice("name", name, ("train", "test", "val"))
         self.data_dir = resolve_dir(data_dir, "bsds500_data")

@@ -30,13 +30,8 @@ class Caltech101Silhouettes(IndexedDataset):
     _DIR_NAME = "caltech101_data"
     _URL_BASE = "https://people.cs.umass.edu/~marlin/data/"
 
-    def __init__(
-        self,
-        name: str,
-        shuffle: bool = True,
-        dir: str | os.PathLike | None = None,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, name: str, shuffle: bool = True, dir: str | os.PathLike | None = None,
+                 seed: int | None = None) -> None:
         owner = type(self).__name__
         self.name = check_choice("name", name, ("train", "test", "val"))
         self.dir = resolve_dir(dir, self._DIR_NAME)

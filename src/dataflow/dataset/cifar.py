@@ -210,13 +210,8 @@ class CifarBase(IndexedDataset):
 class Cifar10(CifarBase):
     """CIFAR-10; see :class:`CifarBase`. Default folder ``get_dataset_path('cifar10_data')``."""
 
-    def __init__(
-        self,
-        train_or_test: str,
-        shuffle: bool | None = None,
-        dir: str | os.PathLike | None = None,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, train_or_test: str, shuffle: bool | None = None,
+                 dir: str | os.PathLike | None = None, seed: int | None = None) -> None:
         super().__init__(train_or_test, shuffle, dir, 10, seed=seed)
 
 
@@ -224,11 +219,6 @@ class Cifar100(CifarBase):
     """CIFAR-100 (fine labels); see :class:`CifarBase`. Default folder
     ``get_dataset_path('cifar100_data')``."""
 
-    def __init__(
-        self,
-        train_or_test: str,
-        shuffle: bool | None = None,
-        dir: str | os.PathLike | None = None,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, train_or_test: str, shuffle: bool | None = None,
+                 dir: str | os.PathLike | None = None, seed: int | None = None) -> None:
         super().__init__(train_or_test, shuffle, dir, 100, seed=seed)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dataflow.dataset._base import IndexedDataset, check_choice
+from dataflow.dataset._base import ImageListDataset, check_choice
 from dataflow.dataset._binaryproto import read_blob_proto
 from dataflow.dataset._download import ensure_extracted, resolve_dir
 from dataflow.dataset._io import import_cv2, imread_bgr
@@ -131,7 +131,7 @@ class ILSVRCMeta:
         return "original"
 
 
-class ILSVRC12Files(IndexedDataset):
+class ILSVRC12Files(ImageListDataset):
     """ILSVRC12 image files: yields ``[path, label]`` with ``path`` joined onto ``dir/name``.
 
     Args:
@@ -147,6 +147,8 @@ class ILSVRC12Files(IndexedDataset):
     Labels of ``'test'`` are whatever ``test.txt`` says (placeholders in Caffe's metadata).
     """
 
+    _needs_cv2 = False  # whether the flow decodes the images (it needs OpenCV then)
+
     def __init__(
         self,
         dir: str | os.PathLike,
@@ -157,6 +159,8 @@ class ILSVRC12Files(IndexedDataset):
         seed: int | None = None,
     ) -> None:
         owner = type(self).__name__
+        if self._needs_cv2:
+            import_cv2(owner)
         self.name = check_choice("name", name, _SPLITS)
         self.full_dir = os.path.join(os.path.expanduser(os.fspath(dir)), name)
         if not os.path.isdir(self.full_dir):
@@ -177,33 +181,21 @@ class ILSVRC12Files(IndexedDataset):
                     f"{owner}: {path!r} (listed in {name}.txt) does not exist; check `dir` and "
                     f"`dir_structure` (now {self.dir_structure!r})."
                 )
-        if shuffle is None:
-            shuffle = name == "train"
-        self._init_iteration(shuffle, seed)
-
-    def __len__(self) -> int:
-        return len(self.imglist)
+        self._ready(name, shuffle, seed)
 
     def _datapoint(self, index: int) -> list:
         fname, label = self.imglist[index]
-        return [os.path.join(self.full_dir, fname), label]
+        return [self._path(fname), label]  # the file name: ILSVRC12 decodes it
+
+    def _path(self, path: str) -> str:
+        return os.path.join(self.full_dir, path)
 
 
 class ILSVRC12(ILSVRC12Files):
     """ILSVRC12 images: yields ``[image, label]``, a BGR ``uint8`` (h, w, 3) array decoded with
     OpenCV and an ``int`` label. Same arguments as :class:`ILSVRC12Files`."""
 
-    def __init__(
-        self,
-        dir: str | os.PathLike,
-        name: str,
-        meta_dir: str | os.PathLike | None = None,
-        shuffle: bool | None = None,
-        dir_structure: str | None = None,
-        seed: int | None = None,
-    ) -> None:
-        import_cv2(type(self).__name__)
-        super().__init__(dir, name, meta_dir, shuffle, dir_structure, seed)
+    _needs_cv2 = True  # checked in ILSVRC12Files.__init__, before any file is read
 
     def _datapoint(self, index: int) -> list:
         path, label = super()._datapoint(index)
@@ -250,7 +242,7 @@ def _parse_bbox(path: str) -> np.ndarray | None:
     return np.asarray(values, dtype=np.float32)
 
 
-class TinyImageNet(IndexedDataset):
+class TinyImageNet(ImageListDataset):
     """Tiny ImageNet (200 classes, 64x64): yields ``[image, label]``, a BGR ``uint8``
     (64, 64, 3) array and an ``int`` label (the line of the wnid in ``wnids.txt``).
 
@@ -262,13 +254,8 @@ class TinyImageNet(IndexedDataset):
         seed: seed of the shuffling order.
     """
 
-    def __init__(
-        self,
-        dir: str | os.PathLike,
-        name: str,
-        shuffle: bool | None = None,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, dir: str | os.PathLike, name: str, shuffle: bool | None = None,
+                 seed: int | None = None) -> None:
         owner = type(self).__name__
         self.name = check_choice("name", name, ("train", "val"))
         self.dir = os.path.expanduser(os.fspath(dir))
@@ -297,13 +284,4 @@ class TinyImageNet(IndexedDataset):
                     )
                 path = os.path.join(self.dir, "val", "images", parts[0])
                 self.imglist.append((path, label_of[parts[1]]))
-        if shuffle is None:
-            shuffle = name == "train"
-        self._init_iteration(shuffle, seed)
-
-    def __len__(self) -> int:
-        return len(self.imglist)
-
-    def _datapoint(self, index: int) -> list:
-        path, label = self.imglist[index]
-        return [imread_bgr(path, type(self).__name__), label]
+        self._ready(name, shuffle, seed)

@@ -83,13 +83,8 @@ class Mnist(IndexedDataset):
         "test": {"t10k-images-idx3-ubyte.gz": 1648877, "t10k-labels-idx1-ubyte.gz": 4542},
     }
 
-    def __init__(
-        self,
-        train_or_test: str,
-        shuffle: bool = True,
-        dir: str | os.PathLike | None = None,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, train_or_test: str, shuffle: bool = True,
+                 dir: str | os.PathLike | None = None, seed: int | None = None) -> None:
         owner = type(self).__name__
         self.train_or_test = check_choice("train_or_test", train_or_test, ("train", "test"))
         self.dir = resolve_dir(dir, self._DIR_NAME)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 
-from dataflow.dataset._base import IndexedDataset, check_choice
-from dataflow.dataset._io import import_cv2, imread_bgr
+from dataflow.dataset._base import ImageListDataset, check_choice
+from dataflow.dataset._io import import_cv2
 
 __all__ = ["Places365Standard"]
 
 
-class Places365Standard(IndexedDataset):
+class Places365Standard(ImageListDataset):
     """Places365-Standard (http://places2.csail.mit.edu/download.html, easy format).
 
     Yields ``[image, label]``: a BGR ``uint8`` (256, 256, 3) image and an ``int`` label, the
@@ -25,13 +25,8 @@ class Places365Standard(IndexedDataset):
         seed: seed of the shuffling order.
     """
 
-    def __init__(
-        self,
-        dir: str | os.PathLike,
-        name: str,
-        shuffle: bool | None = None,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, dir: str | os.PathLike, name: str, shuffle: bool | None = None,
+                 seed: int | None = None) -> None:
         owner = type(self).__name__
         self.name = check_choice("name", name, ("train", "val"))
         self.dir = os.path.expanduser(os.fspath(dir))
@@ -66,17 +61,9 @@ class Places365Standard(IndexedDataset):
         self._labels = sorted({cls for _, cls in entries})
         label_of = {cls: i for i, cls in enumerate(self._labels)}
         self.imglist = [(path, label_of[cls]) for path, cls in entries]
-        if shuffle is None:
-            shuffle = name == "train"
-        self._init_iteration(shuffle, seed)
+        self._ready(name, shuffle, seed)
 
     def get_label_names(self) -> list[str]:
         """The class names, indexed by label."""
         return list(self._labels)
 
-    def __len__(self) -> int:
-        return len(self.imglist)
-
-    def _datapoint(self, index: int) -> list:
-        path, label = self.imglist[index]
-        return [imread_bgr(path, type(self).__name__), label]

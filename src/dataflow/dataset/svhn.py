@@ -44,13 +44,8 @@ class SVHNDigit(IndexedDataset):
     _cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
     _cache_lock = threading.Lock()
 
-    def __init__(
-        self,
-        name: str,
-        data_dir: str | os.PathLike | None = None,
-        shuffle: bool = True,
-        seed: int | None = None,
-    ) -> None:
+    def __init__(self, name: str, data_dir: str | os.PathLike | None = None,
+                 shuffle: bool = True, seed: int | None = None) -> None:
         self.name = check_choice("name", name, _SPLITS)
         self.data_dir = resolve_dir(data_dir, self._DIR_NAME)
         filename = f"{name}_32x32.mat"

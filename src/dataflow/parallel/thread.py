@@ -258,12 +258,8 @@ class MultiThreadMapData(MapperBase):
         num_thread: int | None = None,
         map_func: Callable[[Any], Any] | None = None,
         *,
-        buffer_size: int = 200,
-        strict: bool = False,
-        ordered: bool = False,
-        seed: int | None = None,
-        on_error: str = "raise",
-        max_errors: int | float | None = None,
+        buffer_size: int = 200, strict: bool = False, ordered: bool = False,
+        seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
     ) -> None:
         super().__init__(ds, num_thread, map_func, buffer_size, strict, ordered, on_error,
                          max_errors)

@@ -181,15 +181,9 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
         num_proc: int | None = None,
         map_func: Callable[[Any], Any] | None = None,
         *,
-        buffer_size: int = 200,
-        strict: bool = False,
-        ordered: bool = False,
-        start_method: str | None = None,
-        use_shm: bool = True,
-        seed: int | None = None,
-        on_error: str = "raise",
-        max_errors: int | float | None = None,
-        max_restarts: int = 3,
+        buffer_size: int = 200, strict: bool = False, ordered: bool = False,
+        start_method: str | None = None, use_shm: bool = True, max_restarts: int = 3,
+        seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
     ) -> None:
         super().__init__(ds, num_proc, map_func, buffer_size, strict, ordered, on_error,
                          max_errors)
@@ -222,12 +216,8 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
         batch_size: int,
         buffer_size: int | None = None,
         *,
-        start_method: str | None = None,
-        use_shm: bool = True,
-        seed: int | None = None,
-        on_error: str = "raise",
-        max_errors: int | float | None = None,
-        max_restarts: int = 3,
+        start_method: str | None = None, use_shm: bool = True, max_restarts: int = 3,
+        seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
     ) -> None:
         if callable(num_proc) and not callable(map_func):
             from dataflow.parallel._mapper import _check_order

@@ -175,16 +175,10 @@ class RayMapData(MapperBase):
         num_workers: int | None = None,
         map_func: Callable[[Any], Any] | None = None,
         *,
-        buffer_size: int = 200,
-        strict: bool = False,
-        ordered: bool = False,
-        chunk_size: int | None = None,
-        address: str | None = None,
-        actor_options: dict[str, Any] | None = None,
-        max_retries: int = 3,
-        seed: int | None = None,
-        on_error: str = "raise",
-        max_errors: int | float | None = None,
+        buffer_size: int = 200, strict: bool = False, ordered: bool = False,
+        chunk_size: int | None = None, address: str | None = None,
+        actor_options: dict[str, Any] | None = None, max_retries: int = 3,
+        seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
     ) -> None:
         ray = cluster.import_ray()
         if callable(num_workers) and not callable(map_func):  # the order of earlier releases
