@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -67,6 +69,13 @@ class ImageListDataset(IndexedDataset):
     ``imglist`` and then call :meth:`_ready`."""
 
     imglist: list[tuple[str, int]]
+
+    def _open(self, dir: Any, name: str, splits: tuple[str, ...]) -> str:
+        """Check ``name`` and keep ``dir`` (``~`` expanded); returns the class name for the
+        messages."""
+        self.name = check_choice("name", name, splits)
+        self.dir = os.path.expanduser(os.fspath(dir))
+        return type(self).__name__
 
     def _ready(self, name: str, shuffle: bool | None, seed: int | None) -> None:
         """Set up the iteration; ``shuffle=None`` shuffles the ``'train'`` split only."""

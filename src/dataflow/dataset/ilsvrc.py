@@ -256,9 +256,7 @@ class TinyImageNet(ImageListDataset):
 
     def __init__(self, dir: str | os.PathLike, name: str, shuffle: bool | None = None,
                  seed: int | None = None) -> None:
-        owner = type(self).__name__
-        self.name = check_choice("name", name, ("train", "val"))
-        self.dir = os.path.expanduser(os.fspath(dir))
+        owner = self._open(dir, name, ("train", "val"))
         import_cv2(owner)
         wnids_file = os.path.join(self.dir, "wnids.txt")
         wnids = [line.split()[0] for line in _read_lines(wnids_file, owner)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from dataflow.dataset._base import ImageListDataset, check_choice
+from dataflow.dataset._base import ImageListDataset
 from dataflow.dataset._io import import_cv2
 
 __all__ = ["Places365Standard"]
@@ -27,9 +27,7 @@ class Places365Standard(ImageListDataset):
 
     def __init__(self, dir: str | os.PathLike, name: str, shuffle: bool | None = None,
                  seed: int | None = None) -> None:
-        owner = type(self).__name__
-        self.name = check_choice("name", name, ("train", "val"))
-        self.dir = os.path.expanduser(os.fspath(dir))
+        owner = self._open(dir, name, ("train", "val"))
         if not os.path.isdir(self.dir):
             raise FileNotFoundError(f"{owner}: `dir` {self.dir!r} is not a folder.")
         import_cv2(owner)

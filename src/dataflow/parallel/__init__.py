@@ -52,19 +52,8 @@ def ThreadedMapData(ds: Any, nr_thread: int | None = None,
                               **options)
 
 __all__ = [
-    "MultiProcessMapAndBatchData",
-    "MultiProcessMapAndBatchDataZMQ",
-    "MultiProcessMapData",
-    "MultiProcessMapDataZMQ",
-    "MultiProcessPrefetchData",
-    "MultiProcessRunner",
-    "MultiProcessRunnerZMQ",
-    "MultiThreadMapData",
-    "MultiThreadPrefetchData",
-    "MultiThreadRunner",
-    "PrefetchData",
-    "PrefetchDataZMQ",
-    "RemoteDataZMQ",
-    "ThreadedMapData",
-    "send_dataflow_zmq",
+    "MultiProcessMapAndBatchData", "MultiProcessMapAndBatchDataZMQ", "MultiProcessMapData",
+    "MultiProcessMapDataZMQ", "MultiProcessPrefetchData", "MultiProcessRunner",
+    "MultiProcessRunnerZMQ", "MultiThreadMapData", "MultiThreadPrefetchData", "MultiThreadRunner",
+    "PrefetchData", "PrefetchDataZMQ", "RemoteDataZMQ", "ThreadedMapData", "send_dataflow_zmq",
 ]

@@ -253,11 +253,8 @@ class MultiThreadMapData(MapperBase):
 
     @renamed_kwargs(nr_thread="num_thread")
     def __init__(
-        self,
-        ds: DataFlow,
-        num_thread: int | None = None,
-        map_func: Callable[[Any], Any] | None = None,
-        *,
+        self, ds: DataFlow, num_thread: int | None = None,
+        map_func: Callable[[Any], Any] | None = None, *,
         buffer_size: int = 200, strict: bool = False, ordered: bool = False,
         seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
     ) -> None:

@@ -176,11 +176,8 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
 
     @renamed_kwargs(nr_proc="num_proc")
     def __init__(
-        self,
-        ds: DataFlow,
-        num_proc: int | None = None,
-        map_func: Callable[[Any], Any] | None = None,
-        *,
+        self, ds: DataFlow, num_proc: int | None = None,
+        map_func: Callable[[Any], Any] | None = None, *,
         buffer_size: int = 200, strict: bool = False, ordered: bool = False,
         start_method: str | None = None, use_shm: bool = True, max_restarts: int = 3,
         seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,

@@ -307,6 +307,25 @@ class ActorSlots:
             self.check_starting()
         return ready[0] if ready else None
 
+    def fetch(self, refs: Any, timeout: float, worker: int | Callable[[Any], int],
+              index: Callable[[Any], int | None] | None = None) -> tuple[Any, Any] | None:
+        """``(ref, result)`` of the first of ``refs`` that finished within ``timeout`` seconds,
+        or ``None``. A lost task gives ``(ref, exception)``, for the caller to send its work
+        again; any other Ray error is raised as a ``WorkerError`` naming the worker
+        (``worker(ref)``) and, with ``index``, the input (``index(ref)``)."""
+        ref = self.first_ready(refs, timeout)
+        if ref is None:
+            return None
+        ray = self.ray
+        try:
+            return ref, ray.get(ref)
+        except ray.exceptions.RayError as e:
+            self.check_open()  # (close() from another thread kills the actors)
+            if is_lost(ray, e):
+                return ref, e
+            w = worker(ref) if callable(worker) else worker
+            raise task_error(e, w, self.stage, None if index is None else index(ref)) from e
+
     def replace(self, i: int, args: tuple) -> None:
         """Kill slot ``i``'s actor (if it still runs) and start a new one in its place."""
         self.check_open()

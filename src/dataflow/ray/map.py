@@ -70,19 +70,15 @@ class _RayMapTransport:
     def receive(self, timeout: float) -> tuple | None:
         if self.pending:
             return self.pending.popleft()
-        ref = self.slots.first_ready(self.inflight, timeout)
-        if ref is None:
+        inflight = self.inflight
+        got = self.slots.fetch(inflight, timeout, lambda r: inflight[r][0],
+                               lambda r: inflight[r][3][0][0])
+        if got is None:
             return None
-        ray = self.ray
-        w, gen, _, chunk, _ = self.inflight[ref]
-        try:
-            msgs = ray.get(ref)
-        except ray.exceptions.RayError as e:
-            self.slots.check_open()  # (close() from another thread kills the actors)
-            if not cluster.is_lost(ray, e):
-                self._pop(ref)
-                raise cluster.task_error(e, w, self.slots.stage, chunk[0][0]) from e
-            self._lost(w, gen, e)
+        ref, msgs = got
+        if isinstance(msgs, BaseException):  # the actor was lost
+            w, gen = inflight[ref][:2]
+            self._lost(w, gen, msgs)
             return None
         self._pop(ref)
         self.pending.extend(msgs)
@@ -170,11 +166,8 @@ class RayMapData(MapperBase):
     _worker_arg = "num_workers"
 
     def __init__(
-        self,
-        ds: DataFlow,
-        num_workers: int | None = None,
-        map_func: Callable[[Any], Any] | None = None,
-        *,
+        self, ds: DataFlow, num_workers: int | None = None,
+        map_func: Callable[[Any], Any] | None = None, *,
         buffer_size: int = 200, strict: bool = False, ordered: bool = False,
         chunk_size: int | None = None, address: str | None = None,
         actor_options: dict[str, Any] | None = None, max_retries: int = 3,

@@ -93,18 +93,14 @@ class _RayRunnerTransport:
     def receive(self, timeout: float) -> tuple | None:
         if self.pending:
             return self.pending.popleft()
-        ref = self.slots.first_ready(self.requests, timeout)
-        if ref is None:
+        requests = self.requests
+        got = self.slots.fetch(requests, timeout, requests.__getitem__)
+        if got is None:
             return None
-        ray = self.ray
-        w = self.requests.pop(ref)
-        try:
-            msgs = ray.get(ref)
-        except ray.exceptions.RayError as e:
-            self.slots.check_open()  # (close() from another thread kills the actors)
-            if not cluster.is_lost(ray, e):
-                raise cluster.task_error(e, w, self.slots.stage) from e
-            self._lost(w, e)
+        ref, msgs = got
+        w = requests.pop(ref)
+        if isinstance(msgs, BaseException):  # the actor was lost
+            self._lost(w, msgs)
             return None
         self.failures[w] = 0
         again = True
