@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dataflow as df
-from dataflow import imgaug
+from dataflow import imgaug, rng
 from dataflow.parallel import (
     MultiProcessMapDataZMQ,
     MultiThreadMapData,
@@ -205,3 +205,15 @@ def test_assigning_rng_pins_a_stage_like_tensorpack():
     fake.rng = np.random.RandomState(3)
     assert [dp[0].tolist() for dp in fake] == np.random.RandomState(3).random_sample(
         (3, 2)).astype(np.float32).tolist()
+
+
+def test_paths_follow_the_structure_whatever_class_defines_reset_state():
+    # reset_state of an augmentation flow and of the random mixers comes from a mixin
+    aug = df.AugmentImageComponent(df.DataFromList([[np.zeros((4, 4), np.uint8)]]),
+                                   [imgaug.Flip(horiz=True), imgaug.Brightness(10)])
+    mix = df.RandomChooseData([df.DataFromList([[1]]), aug])
+    outer = df.BatchData(mix, 1)
+    outer.reset_state()
+    assert [rng.path_of(f) for f in (outer, mix, mix.df_lists[0], aug, aug.ds)] == [
+        (), (0,), (0, 0), (0, 1), (0, 1, 0)]
+    assert [rng.path_of(a) for a in aug.augs.augmentors] == [(0, 1, 1), (0, 1, 2)]

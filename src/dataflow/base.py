@@ -110,7 +110,11 @@ class DataFlowMeta(ABCMeta):
             namespace["reset_state"] = _scoped_reset(namespace["reset_state"])
         if "__iter__" in namespace and not hasattr(namespace["__iter__"], "_probed"):
             namespace["__iter__"] = _probed_iter(namespace["__iter__"])
-        return super().__new__(mcls, name, bases, namespace, **kwargs)
+        cls = super().__new__(mcls, name, bases, namespace, **kwargs)
+        reset = getattr(cls, "reset_state", None)
+        if reset is not None and not hasattr(reset, "_scoped"):  # inherited from a mixin
+            cls.reset_state = _scoped_reset(reset)
+        return cls
 
 
 def _scoped_reset(fn):

@@ -25,6 +25,7 @@ from dataflow.input_source._tf import (
     repeat_forever,
     spec_list,
 )
+from dataflow.validation import known_length
 
 __all__ = ["DataFlowFeeder", "check_dataflow", "feeder_dataset", "known_length", "reset_once"]
 
@@ -277,9 +278,3 @@ def feeder_dataset(
         ds = ds.prefetch(prefetch)
     return ds
 
-
-def known_length(df: DataFlow) -> int | None:
-    try:
-        return len(df)
-    except (NotImplementedError, TypeError):
-        return None

@@ -96,6 +96,13 @@ class _SeededChildren(_Children):
     """State of the random flows over several children: own counters (RandomChooseData: the
     number of picks), the seed (an epoch's draws are re-derived) and every child's state."""
 
+    def reset_state(self) -> None:
+        RNGDataFlow.reset_state(self)  # type: ignore[arg-type]
+        _reset_distinct(self.df_lists)
+
+    def close(self) -> None:
+        _close_distinct(self.df_lists)
+
     def state_dict(self) -> dict[str, Any]:
         return self._children_state(seed=self._seed_state())  # type: ignore[attr-defined]
 
@@ -238,13 +245,6 @@ class RandomChooseData(_SeededChildren, RNGDataFlow):
         self.df_lists, self.probs = _parse_weighted(df_lists)
         self.seed = seed
 
-    def reset_state(self) -> None:
-        super().reset_state()
-        _reset_distinct(self.df_lists)
-
-    def close(self) -> None:
-        _close_distinct(self.df_lists)
-
     def __iter__(self) -> Iterator[Any]:
         token, start = self._begin_children()
         rng = self._epoch_rng(self._epoch - 1)
@@ -292,13 +292,6 @@ class RandomMixData(_SeededChildren, RNGDataFlow):
                     f"({type(df).__name__}) has none. Use RandomChooseData instead."
                 ) from e
         self.seed = seed
-
-    def reset_state(self) -> None:
-        super().reset_state()
-        _reset_distinct(self.df_lists)
-
-    def close(self) -> None:
-        _close_distinct(self.df_lists)
 
     def __len__(self) -> int:
         return sum(len(df) for df in self.df_lists)
