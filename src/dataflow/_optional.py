@@ -14,15 +14,9 @@ __all__ = ["EXTRAS", "import_optional"]
 #: importable module -> (its name for people, the extra of dataflow-reloaded that installs it,
 #: or the pip command for packages that no extra installs)
 EXTRAS: dict[str, tuple[str, str]] = {
-    "lmdb": ("lmdb", "lmdb"),
-    "h5py": ("h5py", "hdf5"),
-    "cv2": ("OpenCV", "imgaug"),
-    "tensorflow": ("TensorFlow", "tf"),
-    "scipy": ("SciPy", "datasets"),
-    "ray": ("Ray", "ray"),
-    "torch": ("PyTorch", "torch"),
-    "jax": ("JAX", "jax"),
-    "zmq": ("pyzmq", "pip install pyzmq"),
+    "lmdb": ("lmdb", "lmdb"), "h5py": ("h5py", "hdf5"), "cv2": ("OpenCV", "imgaug"),
+    "tensorflow": ("TensorFlow", "tf"), "scipy": ("SciPy", "datasets"), "ray": ("Ray", "ray"),
+    "torch": ("PyTorch", "torch"), "jax": ("JAX", "jax"), "zmq": ("pyzmq", "pip install pyzmq"),
     "imgaug": ("the imgaug library", "pip install imgaug"),
     "albumentations": ("albumentations", "pip install albumentations"),
     "simplejpeg": ("simplejpeg", "pip install simplejpeg"),

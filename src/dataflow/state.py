@@ -262,6 +262,14 @@ class ReaderState(EpochCounter):
 
     _shuffle: bool = False
 
+    def _init_reader(self, shuffle: bool, seed: int | None) -> None:
+        """The reader's settings (its counters start at their class defaults)."""
+        from dataflow.base import DataFlowReentrantGuard
+
+        self._shuffle = bool(shuffle)
+        self.seed = seed
+        self._guard = DataFlowReentrantGuard(type(self).__name__)
+
     def _begin_epoch(self) -> tuple[object, int, int]:
         """:meth:`_begin` and the index of the epoch: ``(token, epoch, start)``."""
         token, start = self._begin()

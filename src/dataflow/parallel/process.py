@@ -8,16 +8,9 @@ import queue
 from typing import Any
 
 from dataflow.base import DataFlow
+from dataflow.parallel import _processes as processes
 from dataflow.parallel._lifecycle import Resources
-from dataflow.parallel._processes import (
-    PooledTransport,
-    ProcessPool,
-    get_context,
-    globals_seed,
-    parent_info,
-    start_pool,
-    worker_bootstrap,
-)
+from dataflow.parallel._processes import PooledTransport, ProcessPool
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._worker import runner_loop
 from dataflow.validation import check_positive_int, renamed_kwargs
@@ -28,7 +21,7 @@ __all__ = ["MultiProcessPrefetchData", "MultiProcessRunner", "PrefetchData"]
 def _mp_runner_main(
     ds: DataFlow, q: Any, worker_id: int, parent: tuple, seed: tuple, start: Any = None
 ) -> None:
-    worker_bootstrap(worker_id, parent, globals_seed=seed)
+    processes.worker_bootstrap(worker_id, parent, globals_seed=seed)
 
     def emit(msg: tuple) -> None:
         q.put(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
@@ -83,18 +76,19 @@ class MultiProcessRunner(RunnerBase):
         self.num_prefetch = check_positive_int(num_prefetch, "num_prefetch", 16)
         self.num_proc = self._num_workers = check_positive_int(num_proc, "num_proc")
         self.start_method = start_method
-        get_context(start_method)  # validate now
+        processes.get_context(start_method)  # validate now
         self._pool: ProcessPool | None = None
         self._queue: Any = None
 
     def _start(self) -> None:
-        ctx = get_context(self.start_method)
+        ctx = processes.get_context(self.start_method)
         self._queue = ctx.Queue(self.num_prefetch)
-        parent = parent_info()
-        self._pool = start_pool(
+        parent = processes.parent_info()
+        self._pool = processes.start_pool(
             _mp_runner_main,
-            [(self.ds, self._queue, i, parent, globals_seed(self, i), self._worker_start(i))
-             for i in range(self.num_proc)], self.start_method, type(self).__name__,
+            [(self.ds, self._queue, i, parent, processes.globals_seed(self, i),
+              self._worker_start(i)) for i in range(self.num_proc)],
+            self.start_method, type(self).__name__,
             ("ds", self.ds))
         q = self._queue
         self._queue = None

@@ -12,6 +12,7 @@ from dataflow.errors import CorruptFileError
 __all__ = [
     "CorruptFileError",
     "ProgressMeter",
+    "begin_save",
     "check_data_paths",
     "check_source_path",
     "describe",
@@ -49,6 +50,15 @@ def check_data_paths(data_paths: Any) -> list[str]:
     if len(set(data_paths)) != len(data_paths):
         raise ValueError(f"`data_paths` has duplicates: {data_paths!r}; give each a unique name.")
     return list(data_paths)
+
+
+def begin_save(df: Any, path: str, what: str, label: str, overwrite: bool, progress: bool,
+               check: Any) -> tuple[str, ProgressMeter]:
+    """The start of every save: check the target (``check(path, what, overwrite)``, before
+    anything is shown), reset ``df``, and a progress bar labelled ``label``."""
+    path = check(path, what, overwrite)
+    size = reset_and_len(df, what)
+    return path, ProgressMeter(f"{label} {os.path.basename(path)}", size, progress)
 
 
 def reset_and_len(df: Any, what: str) -> int | None:

@@ -177,17 +177,10 @@ def _loads_msgpack(buf: Any) -> Any:
     import msgpack
     import msgpack_numpy
 
-    return msgpack.unpackb(
-        buf,
-        object_hook=msgpack_numpy.decode,
-        raw=False,
-        strict_map_key=False,
-        max_bin_len=_MAX_LEN,
-        max_str_len=_MAX_LEN,
-        max_array_len=_MAX_LEN,
-        max_map_len=_MAX_LEN,
-        max_ext_len=_MAX_LEN,
-    )
+    limits = dict.fromkeys(("max_bin_len", "max_str_len", "max_array_len", "max_map_len",
+                            "max_ext_len"), _MAX_LEN)
+    return msgpack.unpackb(buf, object_hook=msgpack_numpy.decode, raw=False,
+                           strict_map_key=False, **limits)
 
 
 def is_pickle(buf: Any) -> bool:

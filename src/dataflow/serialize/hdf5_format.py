@@ -23,15 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from dataflow.base import DataFlowReentrantGuard, RNGDataFlow
+from dataflow.base import RNGDataFlow
 from dataflow.serialize._atomic import (
     CorruptFileError,
     ProgressMeter,
+    begin_save,
     check_data_paths,
     check_source_path,
     describe,
     import_optional,
-    reset_and_len,
 )
 from dataflow.serialize._atomic_write import atomic_output, check_output
 from dataflow.state import ReaderState
@@ -68,12 +68,7 @@ class HDF5Data(ReaderState, RNGDataFlow):
         h5py = import_optional("h5py", "HDF5Data")
         self._filename = check_source_path(filename, "HDF5Data", "filename")
         self._data_paths = check_data_paths(data_paths)
-        self._shuffle = bool(shuffle)
-        self.seed = seed
-        self._pos = 0
-        self._epoch = 0
-        self._resume: int | None = None
-        self._guard = DataFlowReentrantGuard("HDF5Data")
+        self._init_reader(shuffle, seed)
         try:
             f = h5py.File(self._filename, "r")
         except OSError as e:
@@ -294,9 +289,8 @@ class HDF5Serializer:
         h5py = import_optional("h5py", "HDF5Serializer")
         paths = check_data_paths(data_paths)
         what = "HDF5Serializer.save"
-        path = check_output(os.fspath(path), what, overwrite)
-        size = reset_and_len(df, "HDF5Serializer.save")
-        meter = ProgressMeter(f"HDF5 {os.path.basename(path)}", size, progress)
+        path, meter = begin_save(df, os.fspath(path), what, "HDF5", overwrite, progress,
+                                 check_output)
         try:
             with atomic_output(path, what, overwrite) as tmp, open(tmp, "w+b", buffering=0) as raw:
                 guarded = _GuardedFile(raw)

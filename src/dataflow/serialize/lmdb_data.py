@@ -51,16 +51,8 @@ def open_env(path: str, what: str, readahead: bool = True):
             f"{what}: the directory {path!r} holds no LMDB database (no data.mdb); check the path."
         )
     try:
-        env = lmdb.open(
-            path,
-            subdir=subdir,
-            readonly=True,
-            lock=False,
-            readahead=readahead,
-            map_size=READ_MAP_SIZE,
-            max_readers=100,
-            meminit=False,
-        )
+        env = lmdb.open(path, subdir=subdir, readonly=True, lock=False, readahead=readahead,
+                        map_size=READ_MAP_SIZE, max_readers=100, meminit=False)
     except lmdb.Error as e:
         raise CorruptFileError(
             f"{what}: {path!r} is not a readable LMDB database ({type(e).__name__}: {e})."

@@ -27,9 +27,8 @@ import sys
 from typing import Any
 
 from dataflow.serialize._atomic import (
-    ProgressMeter,
+    begin_save,
     import_optional,
-    reset_and_len,
     serialize_error,
 )
 from dataflow.serialize._atomic_write import atomic_output, check_output
@@ -53,17 +52,9 @@ class _LMDBWriter:
         self.proactive = proactive  # False only in tests, to exercise the replay path
         self.grows_proactive = 0
         self.grows_reactive = 0
-        self.env = lmdb.open(
-            path,
-            subdir=False,
-            map_size=self.map_size,
-            meminit=False,
-            map_async=True,
-            sync=False,
-            metasync=False,
-            lock=False,
-            max_dbs=0,
-        )
+        # a private file being written: no locks, no syncs (it is synced once, when complete)
+        self.env = lmdb.open(path, subdir=False, map_size=self.map_size, meminit=False,
+                             map_async=True, sync=False, metasync=False, lock=False, max_dbs=0)
         self.psize = self.env.stat()["psize"]
 
     def _grow(self) -> None:
@@ -160,10 +151,10 @@ class LMDBSerializer:
         elif not isinstance(map_size, int) or map_size < 4096:
             raise ValueError(f"`map_size` must be an int >= 4096 bytes, got {map_size!r}")
         dumps = get_dumps(codec)
-        target = check_output(_target_file(path), "LMDBSerializer.save", overwrite)
+        check_output(_target_file(path), "LMDBSerializer.save", overwrite)
         lmdb = import_optional("lmdb", "LMDBSerializer")
-        size = reset_and_len(df, "LMDBSerializer.save")
-        meter = ProgressMeter(f"LMDB {os.path.basename(path)}", size, progress)
+        target, meter = begin_save(df, _target_file(path), "LMDBSerializer.save", "LMDB",
+                                   overwrite, progress, check_output)
         try:
             with atomic_output(target, "LMDBSerializer.save", overwrite) as tmp:
                 writer = _LMDBWriter(tmp, map_size)

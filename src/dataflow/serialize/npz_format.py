@@ -28,11 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from dataflow.base import DataFlowReentrantGuard, RNGDataFlow
+from dataflow.base import RNGDataFlow
 from dataflow.serialize._atomic import (
     CorruptFileError,
-    ProgressMeter,
-    reset_and_len,
+    begin_save,
     serialize_error,
 )
 from dataflow.serialize._atomic_write import atomic_output, check_output
@@ -49,12 +48,7 @@ class NumpyData(ReaderState, RNGDataFlow):
 
     def __init__(self, items: Any, shuffle: bool = True, *, seed: int | None = None) -> None:
         self._items = items
-        self._shuffle = bool(shuffle)
-        self.seed = seed
-        self._pos = 0
-        self._epoch = 0
-        self._resume: int | None = None
-        self._guard = DataFlowReentrantGuard("NumpyData")
+        self._init_reader(shuffle, seed)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -148,9 +142,8 @@ class NumpySerializer:
         stays as it was. ``overwrite=False`` refuses an existing file (FileExistsError).
         """
         what = "NumpySerializer.save"
-        path = check_output(os.fspath(path), what, overwrite)
-        size = reset_and_len(df, "NumpySerializer.save")
-        meter = ProgressMeter(f"npz {os.path.basename(path)}", size, progress)
+        path, meter = begin_save(df, os.fspath(path), what, "npz", overwrite, progress,
+                                 check_output)
         try:
             dps = list(df)
             meter.update(len(dps), 0)

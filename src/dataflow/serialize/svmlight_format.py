@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dataflow.base import DataFlowReentrantGuard, RNGDataFlow
+from dataflow.base import RNGDataFlow
 from dataflow.serialize._atomic import check_source_path
 from dataflow.state import ReaderState
 
@@ -86,12 +86,7 @@ class SVMLightData(ReaderState, RNGDataFlow):
     ) -> None:
         self._filename = check_source_path(filename, "SVMLightData", "filename")
         self.X, self.y = load_svmlight(self._filename)
-        self._shuffle = bool(shuffle)
-        self.seed = seed
-        self._pos = 0
-        self._epoch = 0
-        self._resume: int | None = None
-        self._guard = DataFlowReentrantGuard("SVMLightData")
+        self._init_reader(shuffle, seed)
 
     def __len__(self) -> int:
         return len(self.y)

@@ -34,10 +34,9 @@ from typing import Any
 from dataflow.base import DataFlow, DataFlowReentrantGuard
 from dataflow.serialize._atomic import (
     CorruptFileError,
-    ProgressMeter,
+    begin_save,
     check_source_path,
     import_optional,
-    reset_and_len,
     serialize_error,
 )
 from dataflow.serialize._atomic_write import atomic_output, check_output
@@ -282,9 +281,8 @@ class TFRecordSerializer:
         """
         dumps = get_dumps(codec)
         what = "TFRecordSerializer.save"
-        path = check_output(os.fspath(path), what, overwrite)
-        size = reset_and_len(df, "TFRecordSerializer.save")
-        meter = ProgressMeter(f"TFRecord {os.path.basename(path)}", size, progress)
+        path, meter = begin_save(df, os.fspath(path), what, "TFRecord", overwrite, progress,
+                                 check_output)
         try:
             with atomic_output(path, what, overwrite) as tmp, open(tmp, "wb") as f:
                 batch: list[bytes] = []
