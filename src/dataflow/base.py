@@ -315,9 +315,8 @@ class RNGDataFlow(DataFlow):
 
     def _seed_state(self) -> dict[str, Any]:
         """The seed of this stage's streams, to store in its state (ints, JSON-safe)."""
-        seq = self._sequence()
-        state: dict[str, Any] = {"entropy": int(seq.entropy),
-                                 "spawn_key": [int(k) for k in seq.spawn_key]}
+        entropy, spawn_key = _rng.seed_words(self._sequence())
+        state: dict[str, Any] = {"entropy": entropy, "spawn_key": list(spawn_key)}
         if self._pinned is not None:
             state["pinned"] = self._pinned_start
         return state

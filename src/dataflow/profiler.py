@@ -345,7 +345,7 @@ def _profile(df: DataFlow, num: int, warmup: int, trace: bool, consume: Any) -> 
         for _, f in stages:
             instrument(f, None)
         for f in traced:
-            f.trace_workers(None)
+            f.trace_workers(None)  # type: ignore[attr-defined]  # (attached by _Workers)
     for s, p, before in zip(stats, policies, skipped0):
         if p is not None and before is not None:
             s.skipped = p.total - before

@@ -185,6 +185,13 @@ def stage_sequence(
     return np.random.SeedSequence(base, spawn_key=spawn_key)
 
 
+def seed_words(seq: np.random.SeedSequence) -> tuple[int, tuple[int, ...]]:
+    """``(entropy, spawn_key)`` of ``seq`` as plain ints (JSON-safe, picklable)."""
+    entropy = seq.entropy
+    assert isinstance(entropy, int | np.integer), entropy  # SeedSequence(int or None) only
+    return int(entropy), tuple(int(k) for k in seq.spawn_key)
+
+
 def derive_rng(seq: np.random.SeedSequence, *keys: int) -> np.random.RandomState:
     """A ``RandomState`` (tensorpack's rng API) for the child ``keys`` of ``seq``."""
     child = np.random.SeedSequence(seq.entropy, spawn_key=(*seq.spawn_key, *keys))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import inspect
+import operator
 import queue as queue_mod
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -172,7 +173,7 @@ class DataFromList(EpochCounter, RNGDataFlow):
         """(delivered, over) of the epoch in progress, read off its iterator."""
         if self._itr is None:
             return self._pos, self._done
-        pos = self._itr_len - self._itr.__length_hint__()
+        pos = self._itr_len - operator.length_hint(self._itr)
         # getrefcount sees our attribute and its own argument only: nobody else holds the
         # iterator, so its consumer closed or dropped it and the epoch is over (as a generator's
         # is when it is closed)

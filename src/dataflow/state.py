@@ -258,7 +258,7 @@ class ReaderState(EpochCounter):
     delivered part: the readers seek (cursor key, byte offset, index arithmetic).
     """
 
-    profile_hint = "reader"
+    profile_hint: str | None = "reader"
 
     _shuffle: bool = False
 

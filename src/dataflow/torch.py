@@ -248,7 +248,7 @@ def _dataset_class() -> type:
     if not _CLASS:
         torch = _import_torch()
 
-        class DataFlowIterableDataset(_Bridge, torch.utils.data.IterableDataset):
+        class DataFlowIterableDataset(_Bridge, torch.utils.data.IterableDataset):  # type: ignore[name-defined]
             """A dataflow as a ``torch.utils.data.IterableDataset``; see :mod:`dataflow.torch`.
             Made by :func:`to_torch`."""
 

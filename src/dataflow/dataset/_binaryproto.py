@@ -7,6 +7,8 @@ Only the fields a mean file uses are decoded: ``num``/``channels``/``height``/``
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from dataflow._protobuf import fields as _fields
@@ -32,6 +34,7 @@ def read_blob_proto(data: bytes) -> np.ndarray:
     seen_legacy = False
     shape: list[int] | None = None
     chunks: list[np.ndarray] = []
+    value: Any
     for field, wire, value in _fields(bytes(data)):
         if field in legacy and wire == 0:
             legacy[field] = value
@@ -42,6 +45,7 @@ def read_blob_proto(data: bytes) -> np.ndarray:
             chunks.append(np.frombuffer(value, dtype="<f8").astype(np.float32))
         elif field == 7 and wire == 2:
             shape = []
+            sub_value: Any
             for sub, sub_wire, sub_value in _fields(value):
                 if sub == 1 and sub_wire == 0:
                     shape.append(sub_value)

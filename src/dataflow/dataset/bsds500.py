@@ -36,7 +36,8 @@ def read_boundaries(path: str, owner: str = "read_boundaries") -> np.ndarray:
             f"{owner}: {path!r} has {len(maps)} annotations of shapes "
             f"{[m.shape for m in maps]}; expected at least one, all (h, w) of one size."
         )
-    return (np.sum(maps, axis=0, dtype=np.float32) / np.float32(len(maps))).astype(np.float32)
+    return np.asarray(np.sum(maps, axis=0, dtype=np.float32) / np.float32(len(maps)),
+                      dtype=np.float32)
 
 
 class BSDS500(IndexedDataset):

@@ -41,7 +41,7 @@ def normalize_signature(signature: Any, what: str = "input_signature") -> Any:
     if isinstance(signature, tf.TensorSpec):
         return signature
     if isinstance(signature, Mapping) and signature:
-        bad = {k: v for k, v in signature.items() if not isinstance(v, tf.TensorSpec)}
+        bad: Any = {k: v for k, v in signature.items() if not isinstance(v, tf.TensorSpec)}
         if not bad:
             return dict(signature)
     elif isinstance(signature, Sequence) and not isinstance(signature, str | bytes) and signature:

@@ -47,7 +47,7 @@ class InputCallback:
     chief_only = False
 
     def __init__(self, source: InputSource) -> None:
-        self.source = source
+        self.source: Any = source  # the source it was made for (a subclass with its own hooks)
 
     # -- tf.compat.v1.train.SessionRunHook protocol ---------------------------------------
     def begin(self) -> None:

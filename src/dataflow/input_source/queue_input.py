@@ -79,6 +79,7 @@ class _EnqueueThread(threading.Thread):
         tf = import_tf()
         quiet = (tf.errors.CancelledError, tf.errors.OutOfRangeError, DataFlowTerminated)
         feeder = self.source._feeder
+        assert feeder is not None  # (made by the source's _setup)
         try:
             feeder.new_epoch()
             while not self.stop_event.is_set():
@@ -257,6 +258,7 @@ class _QueueInputBase(FeedfreeInput):
                 thread.pause_request.clear()
                 raise RuntimeError(f"{thread.name} did not pause within {timeout} s")
         self._drain(thread)
+        assert self._feeder is not None
         self._feeder.new_epoch()
         thread.pause_request.clear()
         thread.resume.set()

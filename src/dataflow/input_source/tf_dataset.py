@@ -65,7 +65,7 @@ class TFDatasetInput(FeedfreeInput):
     def __init__(self, dataset: Any, *, prefetch: int | None = 2) -> None:
         tf = import_tf()
         self._df: DataFlow | None = None
-        self._dataset = None
+        self._dataset: Any = None
         if isinstance(dataset, DataFlow):
             self._df = dataset
         elif isinstance(dataset, tf.data.Dataset):
@@ -82,6 +82,7 @@ class TFDatasetInput(FeedfreeInput):
     def _infer_signature(self) -> Any:
         if self._dataset is not None:
             return self._dataset.element_spec
+        assert self._df is not None
         self._feeder = DataFlowFeeder(self._df)
         return self._feeder.signature
 
@@ -92,6 +93,7 @@ class TFDatasetInput(FeedfreeInput):
                 self._feeder = DataFlowFeeder(self._df, input_signature)
             self._dataset = feeder_dataset(self._feeder, self._prefetch)
         else:
+            assert self._dataset is not None
             self._check_spec(self._dataset.element_spec, input_signature)
         if self._graph_mode:
             self._iterator = tf.compat.v1.data.make_initializable_iterator(self._dataset)

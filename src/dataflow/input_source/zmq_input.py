@@ -171,10 +171,12 @@ class ZMQInput(FeedfreeInput):
         self._get_feeder(input_signature)
 
     def _pull(self) -> list:
-        comps = self._feeder.next_components()
+        feeder = self._feeder
+        assert feeder is not None  # (made by _setup)
+        comps = feeder.next_components()
         if comps is None:  # not started yet, or the previous message failed to decode
-            self._feeder.new_epoch()
-            comps = self._feeder.next_components()
+            feeder.new_epoch()
+            comps = feeder.next_components()
         assert comps is not None  # the stream is endless
         return comps
 

@@ -197,7 +197,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         self.ds.reset_state()
         # the inputs' streams: a function of the mapper's seed and path (see dataflow.rng)
         seq = _rng.stage_sequence(self.seed, _rng.path_of(self), _rng.INPUTS)
-        self._inputs = (int(seq.entropy), tuple(int(k) for k in seq.spawn_key))
+        self._inputs = _rng.seed_words(seq)
         self._start_or_clean()
         self._sched = self._make_scheduler()
         self._sched.policy = self.error_policy

@@ -138,7 +138,7 @@ def limited_thread_env() -> Iterator[None]:
                 os.environ[k] = v
         if cv2_threads is not None:
             with contextlib.suppress(Exception):
-                cv2.setNumThreads(cv2_threads)
+                cv2.setNumThreads(cv2_threads)  # type: ignore[union-attr]
 
 
 def _set_pdeathsig() -> None:
@@ -238,7 +238,7 @@ def seed_worker(
 def globals_seed(flow: Any, worker_id: int) -> tuple[int, tuple[int, ...]]:
     """The seed of the global generators of runner worker ``worker_id`` of ``flow``."""
     seq = _rng.stage_sequence(None, _rng.path_of(flow), _rng.GLOBALS, worker=worker_id)
-    return int(seq.entropy), tuple(int(k) for k in seq.spawn_key)
+    return _rng.seed_words(seq)
 
 
 # ---- worker processes and their deaths ---------------------------------------------------
@@ -284,7 +284,8 @@ class ProcessPool:
             check_picklable(picklable[1], picklable[0], method)
         self.target = target
         self.procs = [
-            self.ctx.Process(target=target, args=a, name=f"{name}-{i}", daemon=False)
+            self.ctx.Process(target=target, args=a, name=f"{name}-{i}",  # type: ignore[attr-defined]
+                             daemon=False)
             for i, a in enumerate(args)
         ]
         self.retired: list[Any] = []  # processes of dead workers that were replaced
@@ -316,7 +317,8 @@ class ProcessPool:
     def replace(self, i: int, args: tuple) -> None:
         """Start a new process in the slot of worker ``i`` (which died), running
         ``target(*args)``."""
-        p = self.ctx.Process(target=self.target, args=args, name=f"{self.name}-{i}",
+        p = self.ctx.Process(target=self.target, args=args,  # type: ignore[attr-defined]
+                             name=f"{self.name}-{i}",
                              daemon=False)
         with limited_thread_env(), warnings.catch_warnings():
             warnings.filterwarnings(

@@ -186,11 +186,13 @@ class MapScheduler:
         elif kind == ERROR:
             idx = payload.index
             pos = self._outstanding.get(idx) if idx is not None else None
-            if self.policy is None or pos is None:
+            policy = self.policy
+            if policy is None or pos is None or idx is None:
                 raise_worker_error(payload, pos)
+                return
             if idx >= self._epoch_start:  # (an input of an abandoned pass is just dropped)
                 self._failed.add(idx)
-                self.policy.failed(self._stream_position(idx - self._epoch_start),
+                policy.failed(self._stream_position(idx - self._epoch_start),
                                    f"{payload.exc_type}: {payload.message}")
 
     def pending_counts(self) -> tuple[int, int]:
@@ -341,15 +343,17 @@ def check_progress(state: dict[str, Any], stage: str) -> tuple[int, int, list[in
         return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
     ok = (
-        is_int(cpos) and is_int(read) and cpos <= read and isinstance(pending, list)
+        is_int(cpos) and is_int(read) and cpos <= read  # type: ignore[operator]
+        and isinstance(pending, list)
         and all(is_int(p) and cpos <= p < read for p in pending)
         and all(a < b for a, b in itertools.pairwise(pending))
     )
-    if not ok:
+    if not ok or not isinstance(cpos, int) or not isinstance(read, int):
         raise StateMismatchError(
             f"state for stage {stage}: expected child_pos <= read (ints >= 0) and pending "
             f"(sorted positions from child_pos to below read), found child_pos={cpos!r}, "
             f"read={read!r}, pending={pending!r:.80}; the state is corrupt or from another "
             "version."
         )
+    assert isinstance(pending, list)
     return cpos, read, list(pending)

@@ -115,7 +115,7 @@ class MultiThreadRunner(RunnerBase):
                 (self._pristine[i] if state is None else state, skip)
                 for i, (state, skip) in enumerate(self._worker_starts)
             ]
-        self._queue = q = queue.Queue(self.num_prefetch)
+        self._queue = q = queue.Queue[tuple](self.num_prefetch)
         stop = threading.Event()
         emit = queue_emitter(q, stop)
 

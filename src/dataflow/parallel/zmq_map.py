@@ -60,7 +60,7 @@ class _Batcher:
             batches.append(self.aggregate([res for _, res in chunk]))
             out.extend((idx, None) for idx, _ in chunk)
         if batches:
-            out[-1] = (out[-1][0], batches)
+            out[-1] = (out[-1][0], batches)  # type: ignore[assignment]  # (the batches)
         return out
 
 

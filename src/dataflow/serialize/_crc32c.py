@@ -116,7 +116,7 @@ def crc32c_many(bufs: Sequence[bytes | memoryview]) -> np.ndarray:
     big = [i for i, size in enumerate(lens) if size >= 4]
     for i, size in enumerate(lens):
         if size < 4:
-            out[i] = _crc_small(bufs[i])
+            out[i] = _crc_small(bytes(bufs[i]))
     if not big:
         return out
     # Block size: large blocks mean fewer blocks to shift and combine; but a buffer is padded

@@ -113,11 +113,11 @@ class Scanner:
                 raise
             self.pending = e
         if recs:
-            bad, err = self._verify(hdrs, hcrc, recs, dcrc, offsets)
-            if err is not None:
+            bad, damaged = self._verify(hdrs, hcrc, recs, dcrc, offsets)
+            if damaged is not None:
                 if not bad:
-                    raise err
-                self.pending = err
+                    raise damaged
+                self.pending = damaged
                 del recs[bad:]
                 i = self.index + bad
                 off = offsets[bad]

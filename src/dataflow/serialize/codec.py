@@ -91,7 +91,7 @@ def _dispatch_table() -> dict[type, Any]:
 
 
 class _Pickler(pickle.Pickler):
-    dispatch_table = None  # set on first use by _pickler_class()
+    dispatch_table: Any = None  # set on first use by _pickler_class()
 
 
 _REUSE_LIMIT = 1 << 16

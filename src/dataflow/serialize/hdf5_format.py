@@ -140,7 +140,7 @@ class _Column:
         self.f = f
         self.path = path
         self.index = index
-        self.ds = None
+        self.ds: Any = None
         self.kind = ""
 
     def _error(self, first: int, msg: str) -> ValueError:
@@ -198,6 +198,7 @@ class _Column:
         if self.ds is None:
             self._create(arr)
         ds = self.ds
+        assert ds is not None
         if arr.shape[1:] != ds.shape[1:]:
             raise self._error(first, f"have shape {arr.shape[1:]}, earlier ones {ds.shape[1:]}")
         if self.kind == "" and not np.can_cast(arr.dtype, ds.dtype, "safe"):

@@ -160,7 +160,7 @@ class LMDBData(ReaderState, RNGDataFlow):
         self._lmdb_path = check_source_path(lmdb_path, self._what, "lmdb_path")
         self._shuffle = bool(shuffle)
         self.seed = seed
-        self._env = None
+        self._env: Any = None
         self._env_key: tuple[int, int] | None = None
         self._pos = 0
         self._epoch = 0
@@ -215,8 +215,9 @@ class LMDBData(ReaderState, RNGDataFlow):
                 self._lmdb_path,
             )
             keys = [k for k in txn.cursor().iternext(keys=True, values=False) if k != KEYS_KEY]
-        self.keys = keys
+        self.keys: Any = keys
         if self._explicit_keys:
+            assert isinstance(keys, list)  # (made a list above)
             self._size = len(keys)
 
     def __len__(self) -> int:
@@ -332,6 +333,7 @@ class LMDBData(ReaderState, RNGDataFlow):
                             yield from self._sparse(txn, decode, start, skip)
                             return
                         items = self._sequential(txn, "values", start)
+                        assert decode is not None  # (skip is None here)
                         for self._pos, v in enumerate(items, start + 1):
                             yield decode(v)
                     except Exception as e:

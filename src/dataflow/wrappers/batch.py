@@ -91,6 +91,7 @@ def stack_component(values: Sequence[Any], key: Any = 0) -> np.ndarray:
 def _aggregate(holder: list[Any], use_list: bool) -> Any:
     first = holder[0]
     if isinstance(first, list | tuple):
+        out: list[Any]
         if use_list:
             out = [list(c) for c in zip(*holder)]
         else:

@@ -59,7 +59,7 @@ class CacheData(EpochCounter, ProxyDataFlow, RNGDataFlow):
                         yield dp
                     self._cache, self._partial = cache, []  # only a complete epoch is kept
                     return
-                cache = self._cache
+                cache = self._cache or []
                 if self.shuffle:
                     order = self._epoch_rng(self._epoch - 1).permutation(len(cache))[start:]
                     for i in order:
@@ -80,7 +80,7 @@ class CacheData(EpochCounter, ProxyDataFlow, RNGDataFlow):
             "type": "CacheData", "shuffle": self.shuffle,
             **self._counters(),
             "seed": self._seed_state(), "complete": cached,
-            "cache": encode_items(self._cache if cached else self._partial),
+            "cache": encode_items((self._cache or []) if cached else self._partial),
             "child": self.ds.state_dict(),
         }
 

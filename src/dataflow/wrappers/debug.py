@@ -29,7 +29,8 @@ def _summary(obj: Any, depth: int, max_depth: int, max_list: int, indent: str) -
     if isinstance(obj, bool | int | float | complex):
         return [f"{pad}{type(obj).__name__} value={obj!r}"]
     if isinstance(obj, str | bytes):
-        shown = obj if len(obj) <= 40 else obj[:40] + (b"..." if isinstance(obj, bytes) else "...")
+        shown: Any = obj if len(obj) <= 40 else (
+            obj[:40] + b"..." if isinstance(obj, bytes) else obj[:40] + "...")
         return [f"{pad}{type(obj).__name__} len={len(obj)} value={shown!r}"]
     if isinstance(obj, list | tuple | dict):
         lines = [f"{pad}{type(obj).__name__} of len {len(obj)}"]
@@ -171,7 +172,9 @@ class TestDataSpeed(ProxyDataFlow):
                 if n >= self.test_size:
                     break
             seconds = time.perf_counter() - t0
-        itr.close()
+        close = getattr(itr, "close", None)
+        if close is not None:
+            close()
         self.result = SpeedResult(n, seconds)
         return self.result.rate
 

@@ -175,6 +175,7 @@ class FixedSizeData(EpochCounter, ProxyDataFlow):
             try:
                 while self._pos < self._size:
                     try:
+                        assert self._itr is not None
                         dp = next(self._itr)
                     except StopIteration:
                         if fresh:

@@ -98,7 +98,9 @@ class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
 
     def _shuffle(self) -> None:
         items = list(self._buffer)
-        self.rng.shuffle(items)
+        rng = self.rng
+        assert rng is not None  # (checked when the iteration began)
+        rng.shuffle(items)
         self._buffer.clear()
         self._buffer.extend(items)
 
