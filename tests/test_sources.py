@@ -108,3 +108,42 @@ def test_fake_data_validates():
         df.FakeData([3, 4])
     with pytest.raises(ValueError, match="`dtype` has 1 entries for 2 shapes"):
         df.FakeData([[1], [2]], dtype=["uint8"])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: df.DataFromList(list(range(5)), shuffle=True),
+    lambda: df.FakeData([[2]], 3),
+    lambda: df.LocallyShuffleData(df.DataFromList(list(range(5)), shuffle=False), 2),
+    lambda: df.RandomChooseData([df.DataFromList([[1]], shuffle=False)]),
+], ids=["DataFromList", "FakeData", "LocallyShuffleData", "RandomChooseData"])
+def test_a_random_stage_iterated_before_reset_state_says_so(make):
+    flow = make()
+    with pytest.raises(df.DataFlowError, match=rf"{type(flow).__name__} was iterated before "
+                                               r"reset_state\(\): call reset_state\(\) once"):
+        next(iter(flow))
+    assert list(df.DataFromList([3, 4], shuffle=False)) == [3, 4]  # no reset needed without
+
+
+@pytest.mark.parametrize("make", [
+    lambda: df.DataFromList(list(range(20)), shuffle=True),
+    lambda: df.LocallyShuffleData(df.DataFromList(list(range(20)), shuffle=False), 8,
+                                  finite=True),
+    lambda: df.RandomChooseData([df.DataFromList([[i] for i in range(20)], shuffle=False),
+                                 df.DataFromList([[-i] for i in range(20)], shuffle=False)]),
+    lambda: df.RandomMixData([df.DataFromList([[i] for i in range(10)], shuffle=False),
+                              df.DataFromList([[-i] for i in range(10)], shuffle=False)]),
+], ids=["DataFromList", "LocallyShuffleData", "RandomChooseData", "RandomMixData"])
+def test_assigning_rng_after_reset_state_pins_the_stage(make):
+    def run(rng_seed):
+        flow = make()
+        flow.reset_state()
+        if rng_seed is not None:
+            flow.rng = np.random.RandomState(rng_seed)  # tensorpack users pin one stage so
+        return [list(flow) for _ in range(2)]
+
+    assert run(42) == run(42)  # the stage draws from the generator it was given
+    assert run(42) != run(43)
+    df.set_seed(0)
+    derived = run(None)
+    df.set_seed(0)
+    assert run(None) == derived and run(42) != derived
