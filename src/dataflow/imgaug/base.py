@@ -80,6 +80,12 @@ class ImageAugmentor:
     _rng: np.random.RandomState | None = None
     _rng_ordinal: int | None = None
 
+    #: True if ``get_transform(img)`` reads nothing of ``img`` but its shape (the crops, resizes
+    #: and flips), so that it can sample from a JPEG's header before any pixel is decoded (see
+    #: :meth:`AugmentorList.augment_jpeg`). A subclass that overrides ``get_transform`` is
+    #: False again unless it sets the attribute itself.
+    samples_from_shape: bool = False
+
     def __new__(cls, *args: Any, **kwargs: Any) -> ImageAugmentor:
         obj = super().__new__(cls)
         with _live_lock:
@@ -182,6 +188,8 @@ class ImageAugmentor:
         super().__init_subclass__(**kwargs)
         if "get_transform" in cls.__dict__ and "_augment_image" not in cls.__dict__:
             cls._augment_image = ImageAugmentor._augment_image  # type: ignore[method-assign]
+        if "get_transform" in cls.__dict__ and "samples_from_shape" not in cls.__dict__:
+            cls.samples_from_shape = False
 
     # ------------------------------------------------------------ deprecated API
     def augment_return_params(self, img: np.ndarray) -> tuple[np.ndarray, BaseTransform]:
@@ -281,6 +289,38 @@ class AugmentorList(ImageAugmentor):
         for a in self.augmentors:
             img = a._augment_image(img)
         return img
+
+    def augment_jpeg(
+        self,
+        data: Any,
+        *,
+        color: str = "bgr",
+        scale: bool = True,
+        strict: bool = True,
+        backend: str = "auto",
+        return_transform: bool = False,
+    ) -> Any:
+        """Decode the encoded image ``data`` and augment it, decoding only what the leading
+        crops and resizes keep (see :mod:`dataflow.imgaug.fused` for how, and for the bound
+        on the difference from ``augment(cv2.imdecode(data))``, which draws the same
+        parameters).
+
+        Args:
+            data: encoded bytes (bytes, bytearray, memoryview or a 1-D uint8 array); data that
+                is not JPEG is decoded whole by OpenCV, then augmented.
+            color: ``"bgr"`` (as ``cv2.imdecode``), ``"rgb"`` or ``"gray"`` (``(h, w)``).
+            scale: let the decoder scale by 1/2, 1/4 or 1/8 when the window is at least twice
+                the size of the bilinear resize that follows; False keeps scale 1.
+            strict: corrupt or truncated data raises ImageDecodeError (see
+                :func:`dataflow.jpeg.decode_jpeg`).
+            backend: the decoder, ``"auto"``, ``"turbo"`` or ``"cv2"`` (whole decode).
+            return_transform: also return the transform that was applied, a TransformList
+                (``apply_coords``, ``apply_image`` on masks, ...): ``(image, transform)``.
+        """
+        from dataflow.imgaug.fused import augment_jpeg
+
+        return augment_jpeg(self, data, color=color, scale=scale, strict=strict,
+                            backend=backend, return_transform=return_transform)
 
     def __iter__(self):
         return iter(self.augmentors)

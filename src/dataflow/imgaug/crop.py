@@ -32,6 +32,8 @@ class RandomCrop(ImageAugmentor):
     """Crop a ``crop_shape`` (int or ``(h, w)``) window at a uniform random position; every
     offset in ``[0, H - h] x [0, W - w]`` is possible."""
 
+    samples_from_shape = True
+
     def __init__(self, crop_shape: Any) -> None:
         super().__init__()
         self._shape = shape2d(crop_shape, "crop_shape")
@@ -56,6 +58,8 @@ class RandomCrop(ImageAugmentor):
 
 class CenterCrop(ImageAugmentor):
     """Crop the centre ``crop_shape`` window at ``(int((H - h) / 2), int((W - w) / 2))``."""
+
+    samples_from_shape = True
 
     def __init__(self, crop_shape: Any) -> None:
         super().__init__()
@@ -83,6 +87,8 @@ class RandomCropRandomShape(ImageAugmentor):
     Unlike tensorpack, every position is possible (tensorpack never chose the last offset).
     ``max_aspect_ratio`` is accepted and ignored, as in tensorpack.
     """
+
+    samples_from_shape = True
 
     def __init__(
         self,
@@ -122,6 +128,8 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
     swapped with probability 0.5); the first that fits is cropped at a random position and
     resized to ``target_shape`` (a square). Otherwise: shortest edge to ``target_shape`` and a
     centre crop. Returns a ``TransformList``."""
+
+    samples_from_shape = True
 
     def __init__(
         self,
