@@ -1,25 +1,44 @@
 # Two entry points for a fresh clone; each builds its own virtualenv in .venv.
 #   make demo  -- install everything and run the demo pipeline (ends in a TestDataSpeed report)
 #   make test  -- install everything (TensorFlow and every extra included) and run the test suite
+# The install builds the C extension dataflow._jpeg (the libjpeg-turbo region decoder) in place;
+# run as root on Debian/Ubuntu, it first installs the compiler and headers it needs if they are
+# missing (see jpeg-build-deps below). `make test` then checks that the extension was built.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint clean jpeg-build-deps
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/dataflow/_jpegmodule.c
+	$(MAKE) --no-print-directory jpeg-build-deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
 	$(PY) -m pip install --quiet -e ".[all]" --group test
 	touch $(STAMP)
 
+# Best effort, never fatal: without the headers the build falls back (and `make test` says so).
+jpeg-build-deps:
+	@pkgs=""; \
+	[ -f /usr/include/jpeglib.h ] || pkgs="$$pkgs libjpeg62-turbo-dev"; \
+	command -v cc >/dev/null 2>&1 || pkgs="$$pkgs gcc"; \
+	$(PYTHON) -c "import os, sys, sysconfig; \
+	sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+	  || pkgs="$$pkgs python3-dev"; \
+	if [ -n "$$pkgs" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing$$pkgs for the JPEG fast path"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs) \
+	    >/dev/null 2>&1 || echo "apt-get could not install$$pkgs; the JPEG fast path may be off"; \
+	fi
+
 demo: $(STAMP)
 	$(PY) -m dataflow demo
 
+# DATAFLOW_EXPECT_JPEG_EXT: tests/test_jpeg.py fails if dataflow._jpeg did not build
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest -q
+	DATAFLOW_EXPECT_JPEG_EXT=1 $(PY) -m pytest -q
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) build src/*.egg-info src/dataflow/_jpeg*.so

@@ -23,16 +23,23 @@ class OptionalBuildExt(build_ext):
     """``build_ext`` that reports a failure to build ``dataflow._jpeg`` instead of failing."""
 
     def run(self) -> None:
+        self._failed: set[str] = set()
         try:
             super().run()
         except Exception as e:  # a missing compiler fails here, before any extension
-            self._skip(e)
+            if not self._failed:
+                self._skip(e)
 
     def build_extension(self, ext: Extension) -> None:
         try:
             super().build_extension(ext)
         except Exception as e:  # missing jpeglib.h or libjpeg: a compile or link error
+            self._failed.add(ext.name)
             self._skip(e)
+
+    def copy_extensions_to_source(self) -> None:  # in-place (editable) builds
+        self.extensions = [e for e in self.extensions if e.name not in self._failed]
+        super().copy_extensions_to_source()
 
     @staticmethod
     def _skip(e: Exception) -> None:

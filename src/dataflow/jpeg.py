@@ -32,11 +32,13 @@ import numpy as np
 from dataflow.errors import ImageDecodeError
 
 __all__ = [
-    "decode_jpeg",
+    "check_complete",
     "dct_scale",
+    "decode_jpeg",
     "fast_path_status",
     "jpeg_orientation",
     "jpeg_shape",
+    "scaled_window",
 ]
 
 logger = logging.getLogger(__name__)

@@ -57,7 +57,9 @@ from dataflow.imgaug.transform import (
 
 __all__ = ["augment_jpeg", "decode_image"]
 
-_ZERO = np.zeros((), np.uint8)
+# zero-strided dummies to sample from, sliced to each header's shape (no memory behind them)
+_DUMMY3 = np.broadcast_to(np.zeros((), np.uint8), (1 << 16, 1 << 16, 3))
+_DUMMY1 = _DUMMY3[:, :, 0]
 
 
 def decode_image(
@@ -110,7 +112,8 @@ def _sample_prefix(
     for aug in augmentors:
         if not getattr(aug, "samples_from_shape", False):
             break
-        new = _flat(aug.get_transform(np.broadcast_to(_ZERO, shape)))
+        dummy = _DUMMY1 if len(shape) == 2 else _DUMMY3
+        new = _flat(aug.get_transform(dummy[: shape[0], : shape[1]]))
         tfms.extend(new)
         n += 1
         for t in new:
@@ -200,7 +203,9 @@ def _decode(data: Any, win: tuple[int, ...], d: int, color: str, strict: bool) -
     return out
 
 
-def _axis(lo: int, size: int, new: int, plo: int, psize: int, d: int) -> tuple[int, int, float, float]:
+def _axis(
+    lo: int, size: int, new: int, plo: int, psize: int, d: int
+) -> tuple[int, int, float, float]:
     """One axis of a bilinear resize of source pixels ``[lo, lo + size)`` to ``new`` pixels, of
     which the output keeps ``[plo, plo + psize)``, read from the 1/d scaled image.
 
