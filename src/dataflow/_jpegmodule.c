@@ -40,6 +40,7 @@
 static PyObject *DecodeError;
 
 #define MESSAGE_MAX (JMSG_LENGTH_MAX + 160)
+#define MIN_WIDTH 32
 
 /* libjpeg reports errors through these callbacks; ours jump back to the caller (libjpeg's
    default error_exit would exit the process). */
@@ -234,6 +235,14 @@ static int run_decode(DecodeJob *job) {
        columns may differ from a full decode and are decoded but not kept. */
     xoff = job->x > 0 ? job->x - 1 : 0;
     cw = (job->x + job->w < cinfo.output_width ? job->x + job->w + 1 : cinfo.output_width) - xoff;
+    /* At least MIN_WIDTH columns: for a component less than 2 samples wide libjpeg switches to
+       plain (non-"fancy") upsampling, which would change every pixel of a narrow window. */
+    if (cw < MIN_WIDTH && cw < cinfo.output_width) {
+        JDIMENSION end = xoff + MIN_WIDTH < cinfo.output_width ? xoff + MIN_WIDTH
+                                                               : cinfo.output_width;
+        xoff = end > MIN_WIDTH ? end - MIN_WIDTH : 0;
+        cw = end - xoff;
+    }
     if (cw < cinfo.output_width) {
         /* moves xoff down to an iMCU boundary and widens cw to match */
         jpeg_crop_scanline(&cinfo, &xoff, &cw);

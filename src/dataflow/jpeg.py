@@ -15,7 +15,9 @@ different filter for the scaled ones (``cv2.INTER_AREA`` instead of the scaled i
 Strict by default: corrupt data that libjpeg would decode anyway, with a warning, raises
 :class:`~dataflow.errors.ImageDecodeError`, and so does data with no end-of-image marker after the
 start of its first scan (a truncated file, even when the window lies above the missing part);
-``cv2.imdecode`` instead returns such images half grey. ``strict=False`` accepts them.
+``cv2.imdecode`` (OpenCV 4) returns such images half grey. ``strict=False`` accepts them: the fast
+path decodes what is there (missing rows grey); the cv2 fallback then depends on OpenCV, which
+since version 5 refuses truncated data (ImageDecodeError).
 
 The stored pixel grid is decoded: unlike ``cv2.imdecode``, the EXIF orientation is not applied
 (``jpeg_orientation(data)`` reads it). See docs/jpeg.md.
@@ -147,6 +149,7 @@ def _parse_sof(data: Any) -> tuple[int, int, int]:
 def jpeg_shape(data: Any, *, backend: str = "auto") -> tuple[int, int, int]:
     """``(height, width, components)`` of a JPEG from its header, without decoding pixels
     (components: 1 gray, 3 colour, 4 CMYK). Raises ImageDecodeError on data that is not JPEG."""
+    _bytes_len(data)
     h, w, c, _, _ = _header(data, _turbo(backend))
     return h, w, c
 
@@ -201,6 +204,7 @@ def decode_jpeg(
     color: str = "bgr",
     strict: bool = True,
     backend: str = "auto",
+    scale: int | None = None,
 ) -> np.ndarray:
     """Decode a JPEG, or only a window of it, into a uint8 array.
 
@@ -219,13 +223,21 @@ def decode_jpeg(
         strict: raise :class:`~dataflow.errors.ImageDecodeError` on corrupt or truncated data
             (see the module docstring); False decodes what libjpeg can.
         backend: ``"auto"`` (the fast path where built, else cv2), ``"turbo"`` or ``"cv2"``.
+        scale: the scale denominator d (1, 2, 4 or 8) to use instead of choosing it from
+            ``min_size``.
     """
     if color not in _COLORS:
         raise ValueError(f"`color` must be one of {sorted(_COLORS)}, got {color!r}.")
+    if scale is not None and scale not in _SCALES:
+        raise ValueError(f"`scale` must be 1, 2, 4 or 8 (the denominator), got {scale!r}.")
+    _bytes_len(data)
     turbo = _turbo(backend)
     h, w, _, space, _ = _header(data, turbo)
     win = _check_crop(crop, h, w)
-    d = 1 if min_size is None else dct_scale(win[2:][::-1], min_size)
+    if scale is not None:
+        d = scale
+    else:
+        d = 1 if min_size is None else dct_scale(win[2:][::-1], min_size)
     x0, y0, ww, hh = scaled_window(win, d)
     shape = (hh, ww) if color == "gray" else (hh, ww, 3)
     if out is not None and (
