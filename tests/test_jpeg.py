@@ -46,7 +46,7 @@ def imdecode(data, flag=cv2.IMREAD_COLOR):
     return cv2.imdecode(np.frombuffer(data, np.uint8), flag)
 
 
-KINDS = [dict(sampling=s, progressive=p) for s in SAMPLING for p in (False, True)]
+KINDS = [{"sampling": s, "progressive": p} for s in SAMPLING for p in (False, True)]
 
 
 def test_fast_path_is_built_under_make_test():
@@ -169,7 +169,7 @@ def test_corrupt_and_truncated_data_raise(backend):
     with pytest.raises(ImageDecodeError, match="truncated"):
         decode_jpeg(cut, (0, 0, 8, 8), backend=backend)
     if backend == "cv2" and imdecode(cut) is None:  # OpenCV 5 refuses truncated data
-        with pytest.raises(ImageDecodeError, match="cv2.imdecode failed"):
+        with pytest.raises(ImageDecodeError, match=r"cv2\.imdecode failed"):
             decode_jpeg(cut, strict=False, backend=backend)
         return
     # lenient: libjpeg fills the missing rows with grey
