@@ -58,9 +58,9 @@ setup(
     ext_modules=[
         Extension(
             "dataflow._jpeg",
-            sources=["src/dataflow/_jpegmodule.c"],
-            libraries=["jpeg"],
-            extra_compile_args=["-O2"],
+            sources=["src/dataflow/_jpegmodule.c", "src/dataflow/_jpegresize.c"],
+            libraries=["jpeg", "m"],
+            extra_compile_args=["-O3"],
         )
     ],
     cmdclass={"build_ext": OptionalBuildExt},

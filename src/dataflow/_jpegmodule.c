@@ -340,11 +340,17 @@ static PyObject *jpeg_decode(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* defined in _jpegresize.c */
+PyObject *jpeg_resize(PyObject *self, PyObject *args);
+
 static PyMethodDef methods[] = {
     {"header", jpeg_header, METH_O,
      "header(data) -> (height, width, components, jpeg_color_space, orientation, progressive)"},
     {"decode", jpeg_decode, METH_VARARGS,
      "decode(data, out, x, y, w, h, denom, color, strict): decode a window into out"},
+    {"resize", jpeg_resize, METH_VARARGS,
+     "resize(src, dst, x_axis, y_axis, flip_h, flip_v, lut, half): cv2.resize's bilinear "
+     "uint8 resize of a window (see _jpegresize.c)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,0 +1,325 @@
+/*
+ * The resize half of dataflow._jpeg: a bilinear uint8 resize that computes exactly what
+ * cv2.resize(src, (new_w, new_h), interpolation=cv2.INTER_LINEAR) computes (the same 11-bit
+ * fixed-point weights and the same rounding), for any window of the resized image and from any
+ * window of the source that holds the pixels it needs, with a mirror and a per-channel lookup
+ * table applied as each output pixel is stored. Used by dataflow.imgaug.fused to go from a
+ * decoded JPEG region straight to the augmented output in one pass.
+ *
+ * Geometry, per axis (as cv2.resize): output pixel i of the window maps to the source
+ * coordinate f = (float)((i + start + 0.5) * scale - 0.5 + shift), in a source frame of
+ * `length` pixels where coordinates are clamped to the frame's edges; the buffer passed in holds
+ * the frame's pixels from `origin` on. cv2.resize itself is start = shift = origin = 0 and
+ * scale = 1 / (new / length). A resize by exactly 1/2 on both axes is a 2x2 average, as in
+ * cv2.resize (which switches to INTER_AREA there).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define COEF_BITS 11
+#define COEF_ONE (1 << COEF_BITS)
+
+typedef struct {
+    double scale, shift;
+    Py_ssize_t start, length, origin;
+} Axis;
+
+static short coef(float v) { return (short)lrintf(v * COEF_ONE); }
+
+static Py_ssize_t clip(Py_ssize_t v, Py_ssize_t hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
+
+/* The two source indices (in the buffer) and weights of each output pixel along one axis, as
+   cv2.resize computes them: a column outside the frame takes the edge column at full weight; a
+   row outside takes the edge row for both terms, with the weights of the unclamped position. */
+static int plan_axis(const Axis *ax, Py_ssize_t count, Py_ssize_t available, int is_x, int *i0,
+                     int *i1, short *w0, short *w1) {
+    Py_ssize_t i, last = ax->length - 1;
+    for (i = 0; i < count; i++) {
+        float f = (float)((i + ax->start + 0.5) * ax->scale - 0.5 + ax->shift);
+        Py_ssize_t s = (Py_ssize_t)floorf(f), s0, s1;
+        f -= (float)s;
+        if (is_x) {
+            if (s < 0) {
+                s = 0;
+                f = 0.f;
+            }
+            if (s >= last) {
+                s = last;
+                f = 0.f;
+            }
+            s0 = s;
+            s1 = s < last ? s + 1 : s;
+        } else {
+            s0 = clip(s, last);
+            s1 = clip(s + 1, last);
+        }
+        i0[i] = (int)(s0 - ax->origin);
+        i1[i] = (int)(s1 - ax->origin);
+        w0[i] = coef(1.f - f);
+        w1[i] = coef(f);
+        if (i0[i] < 0 || i1[i] < 0 || i0[i] >= available || i1[i] >= available) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
+#define HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define HOT
+#endif
+
+/* One source row, resampled horizontally into `row`: 2048 times the value, shifted right by 4
+   as cv2 does before the vertical blend (so it fits 16 bits). */
+HOT static void horizontal(const unsigned char *src, int cn, Py_ssize_t count, const int *x0,
+                           const int *x1, const short *a0, const short *a1, short *row) {
+    Py_ssize_t i;
+    int k;
+    if (cn == 3) {
+        for (i = 0; i < count; i++) {
+            const unsigned char *p = src + 3 * x0[i], *q = src + 3 * x1[i];
+            int b0 = a0[i], b1 = a1[i];
+            short *d = row + 3 * i;
+            d[0] = (short)((p[0] * b0 + q[0] * b1) >> 4);
+            d[1] = (short)((p[1] * b0 + q[1] * b1) >> 4);
+            d[2] = (short)((p[2] * b0 + q[2] * b1) >> 4);
+        }
+        return;
+    }
+    for (i = 0; i < count; i++) {
+        const unsigned char *p = src + cn * x0[i], *q = src + cn * x1[i];
+        for (k = 0; k < cn; k++) {
+            row[cn * i + k] = (short)((p[k] * a0[i] + q[k] * a1[i]) >> 4);
+        }
+    }
+}
+
+typedef struct {
+    const unsigned char *src;
+    Py_ssize_t src_stride, src_h, src_w;
+    unsigned char *dst;
+    Py_ssize_t dst_stride, out_h, out_w;
+    int cn, flip_h, flip_v;
+    const unsigned char *lut; /* 256 * cn entries (entry v * cn + channel), or NULL */
+    Axis ax, ay;
+    int half; /* the whole resize is exactly 1/2 on both axes: a 2x2 average */
+} ResizeJob;
+
+static void store(const ResizeJob *job, Py_ssize_t y, Py_ssize_t x, int k, int v) {
+    unsigned char *d = job->dst + (job->flip_v ? job->out_h - 1 - y : y) * job->dst_stride +
+                       (job->flip_h ? job->out_w - 1 - x : x) * job->cn + k;
+    *d = job->lut != NULL ? job->lut[v * job->cn + k] : (unsigned char)v;
+}
+
+/* cv2's rounding of the vertical blend of two horizontally resampled rows (the high halves of
+   16-bit products, as its SIMD code computes them) */
+#define BLEND(v0, v1) (((short)((w0 * (v0)) >> 16) + (short)((w1 * (v1)) >> 16) + 2) >> 2)
+
+/* Output row y from the two resampled rows: blended, mirrored, looked up, stored. */
+HOT static void vertical(const ResizeJob *job, Py_ssize_t y, const short *r0, const short *r1,
+                         short w0, short w1) {
+    Py_ssize_t n = job->out_w * job->cn, i;
+    int cn = job->cn;
+    unsigned char *row = job->dst + (job->flip_v ? job->out_h - 1 - y : y) * job->dst_stride;
+    if (!job->flip_h && job->lut == NULL) {
+        for (i = 0; i < n; i++) {
+            row[i] = (unsigned char)BLEND(r0[i], r1[i]);
+        }
+        return;
+    }
+    if (cn == 3) {
+        const unsigned char *lut = job->lut;
+        unsigned char *d = job->flip_h ? row + n - 3 : row;
+        Py_ssize_t step = job->flip_h ? -3 : 3;
+        for (i = 0; i < n; i += 3, d += step) {
+            int v0 = BLEND(r0[i], r1[i]), v1 = BLEND(r0[i + 1], r1[i + 1]);
+            int v2 = BLEND(r0[i + 2], r1[i + 2]);
+            if (lut != NULL) {
+                d[0] = lut[3 * v0];
+                d[1] = lut[3 * v1 + 1];
+                d[2] = lut[3 * v2 + 2];
+            } else {
+                d[0] = (unsigned char)v0;
+                d[1] = (unsigned char)v1;
+                d[2] = (unsigned char)v2;
+            }
+        }
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        store(job, y, i / cn, (int)(i % cn), BLEND(r0[i], r1[i]));
+    }
+}
+
+static int run_half(const ResizeJob *job) {
+    Py_ssize_t y, x;
+    int k, cn = job->cn;
+    Py_ssize_t x0 = 2 * job->ax.start - job->ax.origin, y0 = 2 * job->ay.start - job->ay.origin;
+    if (x0 < 0 || y0 < 0 || x0 + 2 * job->out_w > job->src_w || y0 + 2 * job->out_h > job->src_h) {
+        return -1;
+    }
+    for (y = 0; y < job->out_h; y++) {
+        const unsigned char *r0 = job->src + (y0 + 2 * y) * job->src_stride + x0 * cn;
+        const unsigned char *r1 = r0 + job->src_stride;
+        for (x = 0; x < job->out_w; x++) {
+            for (k = 0; k < cn; k++) {
+                int s = r0[2 * x * cn + k] + r0[(2 * x + 1) * cn + k] + r1[2 * x * cn + k] +
+                        r1[(2 * x + 1) * cn + k];
+                store(job, y, x, k, (s + 2) >> 2);
+            }
+        }
+    }
+    return 0;
+}
+
+/* Runs without the GIL. Returns 0, -1 (a window the buffer does not hold) or -2 (memory). */
+static int run_resize(const ResizeJob *job) {
+    Py_ssize_t n = job->out_w, m = job->out_h, y;
+    int cn = job->cn, j, rc = 0;
+    int *x0 = NULL, *x1 = NULL, *y0 = NULL, *y1 = NULL;
+    short *rows = NULL;
+    short *a0 = NULL, *a1 = NULL, *b0 = NULL, *b1 = NULL;
+    Py_ssize_t cached[2] = {-1, -1};
+
+    if (job->half) {
+        return run_half(job);
+    }
+    x0 = malloc(n * sizeof(int));
+    x1 = malloc(n * sizeof(int));
+    a0 = malloc(n * sizeof(short));
+    a1 = malloc(n * sizeof(short));
+    y0 = malloc(m * sizeof(int));
+    y1 = malloc(m * sizeof(int));
+    b0 = malloc(m * sizeof(short));
+    b1 = malloc(m * sizeof(short));
+    rows = malloc(2 * n * cn * sizeof(short));
+    if (!x0 || !x1 || !a0 || !a1 || !y0 || !y1 || !b0 || !b1 || !rows) {
+        rc = -2;
+        goto done;
+    }
+    if (plan_axis(&job->ax, n, job->src_w, 1, x0, x1, a0, a1) < 0 ||
+        plan_axis(&job->ay, m, job->src_h, 0, y0, y1, b0, b1) < 0) {
+        rc = -1;
+        goto done;
+    }
+    for (y = 0; y < m; y++) {
+        Py_ssize_t want[2];
+        const short *r[2];
+        want[0] = y0[y];
+        want[1] = y1[y];
+        for (j = 0; j < 2; j++) {
+            int slot;
+            if (cached[0] == want[j]) {
+                slot = 0;
+            } else if (cached[1] == want[j]) {
+                slot = 1;
+            } else {
+                /* never overwrite the slot holding the other row this output row needs */
+                if (j == 0) {
+                    slot = cached[0] == want[1] ? 1 : 0;
+                } else {
+                    slot = r[0] == rows ? 1 : 0;
+                }
+                horizontal(job->src + want[j] * job->src_stride, cn, n, x0, x1, a0, a1,
+                           rows + slot * n * cn);
+                cached[slot] = want[j];
+            }
+            r[j] = rows + slot * n * cn;
+        }
+        vertical(job, y, r[0], r[1], b0[y], b1[y]);
+    }
+done:
+    free(x0);
+    free(x1);
+    free(a0);
+    free(a1);
+    free(y0);
+    free(y1);
+    free(b0);
+    free(b1);
+    free(rows);
+    return rc;
+}
+
+/* resize(src, dst, x_axis, y_axis, flip_h, flip_v, lut, half) -> None; each axis is the tuple
+   (scale, shift, start, length, origin). */
+PyObject *jpeg_resize(PyObject *self, PyObject *args) {
+    PyObject *src_obj, *dst_obj, *lut_obj;
+    Py_buffer src, dst, lut;
+    ResizeJob job;
+    int rc, have_lut = 0;
+
+    memset(&job, 0, sizeof(job));
+    if (!PyArg_ParseTuple(args, "OO(ddnnn)(ddnnn)ppOp", &src_obj, &dst_obj, &job.ax.scale,
+                          &job.ax.shift, &job.ax.start, &job.ax.length, &job.ax.origin,
+                          &job.ay.scale, &job.ay.shift, &job.ay.start, &job.ay.length,
+                          &job.ay.origin, &job.flip_h, &job.flip_v, &lut_obj, &job.half)) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(src_obj, &src, PyBUF_RECORDS_RO) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(dst_obj, &dst, PyBUF_RECORDS) < 0) {
+        PyBuffer_Release(&src);
+        return NULL;
+    }
+    job.cn = src.ndim == 3 ? (int)src.shape[2] : 1;
+    if (src.itemsize != 1 || dst.itemsize != 1 || src.ndim < 2 || src.ndim > 3 ||
+        dst.ndim != src.ndim || (src.ndim == 3 && dst.shape[2] != job.cn) ||
+        src.strides[1] != job.cn || dst.strides[1] != job.cn ||
+        (src.ndim == 3 && (src.strides[2] != 1 || dst.strides[2] != 1)) ||
+        job.ax.length < 1 || job.ay.length < 1) {
+        PyErr_SetString(PyExc_ValueError,
+                        "resize needs uint8 (h, w[, c]) buffers with contiguous pixels");
+        goto fail;
+    }
+    if (lut_obj != Py_None) {
+        if (PyObject_GetBuffer(lut_obj, &lut, PyBUF_SIMPLE) < 0) {
+            goto fail;
+        }
+        have_lut = 1;
+        if (lut.len != 256 * job.cn) {
+            PyErr_Format(PyExc_ValueError, "lut must hold 256 * %d bytes", job.cn);
+            goto fail;
+        }
+        job.lut = (const unsigned char *)lut.buf;
+    }
+    job.src = (const unsigned char *)src.buf;
+    job.src_stride = src.strides[0];
+    job.src_h = src.shape[0];
+    job.src_w = src.shape[1];
+    job.dst = (unsigned char *)dst.buf;
+    job.dst_stride = dst.strides[0];
+    job.out_h = dst.shape[0];
+    job.out_w = dst.shape[1];
+    Py_BEGIN_ALLOW_THREADS
+    rc = run_resize(&job);
+    Py_END_ALLOW_THREADS
+    if (rc == -1) {
+        PyErr_SetString(PyExc_ValueError, "the source buffer does not hold the pixels needed");
+        goto fail;
+    }
+    if (rc == -2) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    if (have_lut) {
+        PyBuffer_Release(&lut);
+    }
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    Py_RETURN_NONE;
+fail:
+    if (have_lut) {
+        PyBuffer_Release(&lut);
+    }
+    PyBuffer_Release(&dst);
+    PyBuffer_Release(&src);
+    return NULL;
+}
