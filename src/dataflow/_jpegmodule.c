@@ -342,6 +342,7 @@ static PyObject *jpeg_decode(PyObject *self, PyObject *args) {
 
 /* defined in _jpegresize.c */
 PyObject *jpeg_resize(PyObject *self, PyObject *args);
+void resize_init(void);
 
 static PyMethodDef methods[] = {
     {"header", jpeg_header, METH_O,
@@ -364,6 +365,7 @@ PyMODINIT_FUNC PyInit__jpeg(void) {
     if (m == NULL) {
         return NULL;
     }
+    resize_init();
     DecodeError = PyErr_NewException("dataflow._jpeg.DecodeError", PyExc_ValueError, NULL);
     if (DecodeError == NULL || PyModule_AddObjectRef(m, "DecodeError", DecodeError) < 0) {
         Py_DECREF(m);

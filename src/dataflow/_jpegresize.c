@@ -75,14 +75,52 @@ static int plan_axis(const Axis *ax, Py_ssize_t count, Py_ssize_t available, int
 #define HOT
 #endif
 
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+#define HAVE_SSSE3_PATH 1
+
+/* The 3-channel horizontal pass with SSSE3: one 8-byte load holds a pixel and the next one,
+   a shuffle pairs their channels, one multiply-add of 16-bit pairs gives the three sums. The
+   next pixel is read even where cv2 uses only one (its weight is then 0), so `count` covers only
+   the pixels whose 8 bytes lie inside the row; row needs one spare short at its end. */
+__attribute__((target("ssse3"))) static void horizontal3_ssse3(const unsigned char *src,
+                                                                 Py_ssize_t count,
+                                                                 const int *x0, const short *a0,
+                                                                 const short *a1, short *row) {
+    const __m128i pairs = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+    Py_ssize_t i;
+    for (i = 0; i < count; i++) {
+        __m128i v = _mm_loadl_epi64((const __m128i *)(src + 3 * (Py_ssize_t)x0[i]));
+        __m128i w = _mm_set1_epi32((int)(unsigned short)a0[i] | ((int)a1[i] << 16));
+        __m128i d = _mm_srai_epi32(_mm_madd_epi16(_mm_shuffle_epi8(v, pairs), w), 4);
+        _mm_storel_epi64((__m128i *)(row + 3 * i), _mm_packs_epi32(d, d));
+    }
+}
+#endif
+
 /* One source row, resampled horizontally into `row`: 2048 times the value, shifted right by 4
    as cv2 does before the vertical blend (so it fits 16 bits). */
-HOT static void horizontal(const unsigned char *src, int cn, Py_ssize_t count, const int *x0,
-                           const int *x1, const short *a0, const short *a1, short *row) {
+static int simd = 0; /* the CPU runs SSSE3 (checked once, see resize_init) */
+
+HOT static void horizontal(const unsigned char *src, Py_ssize_t width, int cn, Py_ssize_t count,
+                           const int *x0, const int *x1, const short *a0, const short *a1,
+                           short *row) {
     Py_ssize_t i;
     int k;
     if (cn == 3) {
-        for (i = 0; i < count; i++) {
+        i = 0;
+#ifdef HAVE_SSSE3_PATH
+        if (simd) {
+            /* the pixels whose 8-byte load stays inside the row (x0 never decreases) */
+            Py_ssize_t safe = count;
+            while (safe > 0 && 3 * (Py_ssize_t)x0[safe - 1] + 8 > 3 * width) {
+                safe--;
+            }
+            horizontal3_ssse3(src, safe, x0, a0, a1, row);
+            i = safe;
+        }
+#endif
+        for (; i < count; i++) {
             const unsigned char *p = src + 3 * x0[i], *q = src + 3 * x1[i];
             int b0 = a0[i], b1 = a1[i];
             short *d = row + 3 * i;
@@ -121,39 +159,64 @@ static void store(const ResizeJob *job, Py_ssize_t y, Py_ssize_t x, int k, int v
    16-bit products, as its SIMD code computes them) */
 #define BLEND(v0, v1) (((short)((w0 * (v0)) >> 16) + (short)((w1 * (v1)) >> 16) + 2) >> 2)
 
-/* Output row y from the two resampled rows: blended, mirrored, looked up, stored. */
-HOT static void vertical(const ResizeJob *job, Py_ssize_t y, const short *r0, const short *r1,
-                         short w0, short w1) {
+/* Blend two resampled rows into uint8 values (SSE2 is part of x86-64: no dispatch needed). */
+static void blend_row(const short *r0, const short *r1, short w0, short w1, Py_ssize_t n,
+                      unsigned char *out) {
+    Py_ssize_t i = 0;
+#if defined(__SSE2__)
+    const __m128i v0 = _mm_set1_epi16(w0), v1 = _mm_set1_epi16(w1), two = _mm_set1_epi16(2);
+    for (; i + 16 <= n; i += 16) {
+        __m128i a = _mm_add_epi16(_mm_mulhi_epi16(v0, _mm_loadu_si128((const __m128i *)(r0 + i))),
+                                  _mm_mulhi_epi16(v1, _mm_loadu_si128((const __m128i *)(r1 + i))));
+        __m128i b = _mm_add_epi16(
+            _mm_mulhi_epi16(v0, _mm_loadu_si128((const __m128i *)(r0 + i + 8))),
+            _mm_mulhi_epi16(v1, _mm_loadu_si128((const __m128i *)(r1 + i + 8))));
+        a = _mm_srai_epi16(_mm_add_epi16(a, two), 2);
+        b = _mm_srai_epi16(_mm_add_epi16(b, two), 2);
+        _mm_storeu_si128((__m128i *)(out + i), _mm_packus_epi16(a, b));
+    }
+#endif
+    for (; i < n; i++) {
+        out[i] = (unsigned char)BLEND(r0[i], r1[i]);
+    }
+}
+
+/* Output row y from the two resampled rows: blended, mirrored, looked up, stored. `tmp` holds
+   out_w * cn bytes. */
+static void vertical(const ResizeJob *job, Py_ssize_t y, const short *r0, const short *r1,
+                     short w0, short w1, unsigned char *tmp) {
     Py_ssize_t n = job->out_w * job->cn, i;
-    int cn = job->cn;
+    int cn = job->cn, k;
+    const unsigned char *lut = job->lut;
     unsigned char *row = job->dst + (job->flip_v ? job->out_h - 1 - y : y) * job->dst_stride;
-    if (!job->flip_h && job->lut == NULL) {
-        for (i = 0; i < n; i++) {
-            row[i] = (unsigned char)BLEND(r0[i], r1[i]);
-        }
+    if (!job->flip_h && lut == NULL) {
+        blend_row(r0, r1, w0, w1, n, row);
         return;
     }
+    blend_row(r0, r1, w0, w1, n, tmp);
     if (cn == 3) {
-        const unsigned char *lut = job->lut;
         unsigned char *d = job->flip_h ? row + n - 3 : row;
         Py_ssize_t step = job->flip_h ? -3 : 3;
-        for (i = 0; i < n; i += 3, d += step) {
-            int v0 = BLEND(r0[i], r1[i]), v1 = BLEND(r0[i + 1], r1[i + 1]);
-            int v2 = BLEND(r0[i + 2], r1[i + 2]);
-            if (lut != NULL) {
-                d[0] = lut[3 * v0];
-                d[1] = lut[3 * v1 + 1];
-                d[2] = lut[3 * v2 + 2];
-            } else {
-                d[0] = (unsigned char)v0;
-                d[1] = (unsigned char)v1;
-                d[2] = (unsigned char)v2;
+        if (lut != NULL) {
+            for (i = 0; i < n; i += 3, d += step) {
+                d[0] = lut[3 * tmp[i]];
+                d[1] = lut[3 * tmp[i + 1] + 1];
+                d[2] = lut[3 * tmp[i + 2] + 2];
+            }
+        } else {
+            for (i = 0; i < n; i += 3, d += step) {
+                d[0] = tmp[i];
+                d[1] = tmp[i + 1];
+                d[2] = tmp[i + 2];
             }
         }
         return;
     }
-    for (i = 0; i < n; i++) {
-        store(job, y, i / cn, (int)(i % cn), BLEND(r0[i], r1[i]));
+    for (i = 0; i < n; i += cn) {
+        unsigned char *d = job->flip_h ? row + n - cn - i : row + i;
+        for (k = 0; k < cn; k++) {
+            d[k] = lut != NULL ? lut[tmp[i + k] * cn + k] : tmp[i + k];
+        }
     }
 }
 
@@ -184,6 +247,7 @@ static int run_resize(const ResizeJob *job) {
     int cn = job->cn, j, rc = 0;
     int *x0 = NULL, *x1 = NULL, *y0 = NULL, *y1 = NULL;
     short *rows = NULL;
+    unsigned char *tmp = NULL;
     short *a0 = NULL, *a1 = NULL, *b0 = NULL, *b1 = NULL;
     Py_ssize_t cached[2] = {-1, -1};
 
@@ -198,8 +262,9 @@ static int run_resize(const ResizeJob *job) {
     y1 = malloc(m * sizeof(int));
     b0 = malloc(m * sizeof(short));
     b1 = malloc(m * sizeof(short));
-    rows = malloc(2 * n * cn * sizeof(short));
-    if (!x0 || !x1 || !a0 || !a1 || !y0 || !y1 || !b0 || !b1 || !rows) {
+    rows = malloc(2 * (n * cn + 4) * sizeof(short)); /* + spare shorts for the SIMD stores */
+    tmp = malloc(n * cn);
+    if (!x0 || !x1 || !a0 || !a1 || !y0 || !y1 || !b0 || !b1 || !rows || !tmp) {
         rc = -2;
         goto done;
     }
@@ -224,15 +289,15 @@ static int run_resize(const ResizeJob *job) {
                 if (j == 0) {
                     slot = cached[0] == want[1] ? 1 : 0;
                 } else {
-                    slot = r[0] == rows ? 1 : 0;
+                    slot = r[0] == rows ? 1 : 0; /* slot 0 starts at rows */
                 }
-                horizontal(job->src + want[j] * job->src_stride, cn, n, x0, x1, a0, a1,
-                           rows + slot * n * cn);
+                horizontal(job->src + want[j] * job->src_stride, job->src_w, cn, n, x0, x1, a0,
+                           a1, rows + slot * (n * cn + 4));
                 cached[slot] = want[j];
             }
-            r[j] = rows + slot * n * cn;
+            r[j] = rows + slot * (n * cn + 4);
         }
-        vertical(job, y, r[0], r[1], b0[y], b1[y]);
+        vertical(job, y, r[0], r[1], b0[y], b1[y], tmp);
     }
 done:
     free(x0);
@@ -244,6 +309,7 @@ done:
     free(b0);
     free(b1);
     free(rows);
+    free(tmp);
     return rc;
 }
 
@@ -322,4 +388,11 @@ fail:
     PyBuffer_Release(&dst);
     PyBuffer_Release(&src);
     return NULL;
+}
+
+void resize_init(void) {
+#ifdef HAVE_SSSE3_PATH
+    __builtin_cpu_init();
+    simd = __builtin_cpu_supports("ssse3");
+#endif
 }

@@ -60,6 +60,11 @@ CHAINS = {
                                              imgaug.RandomCrop(t), imgaug.Transpose(prob=1.0),
                                              imgaug.Resize(t // 2)],
     "lighting-only": lambda t: [imgaug.Lighting(0.1, np.ones(3), np.eye(3))],
+    "googlenet+flip+lighting+brightness": lambda t: [
+        imgaug.GoogleNetRandomCropAndResize(target_shape=t), imgaug.Flip(horiz=True),
+        imgaug.Lighting(0.1, np.array([55.0, 4.8, 1.1]), np.eye(3)), imgaug.Brightness(20)],
+    "resize+gamma+crop+contrast": lambda t: [imgaug.Resize((t + 9, t + 5)), imgaug.Gamma(),
+                                             imgaug.CenterCrop(t), imgaug.Contrast((0.8, 1.2))],
 }
 
 
@@ -70,7 +75,7 @@ CHAINS = {
 def test_scale_one_gives_the_same_pixels_and_draws(h, w, seed, chain, color):
     t = min(h, w) // 2 + 8
     data = make_jpeg(h, w, seed=seed, sampling="420" if seed % 2 else "422")
-    if chain == "lighting-only" and color == "gray":
+    if "lighting" in chain and color == "gray":
         return
     ref_augs, augs = twins(lambda: CHAINS[chain](t))
     flag = cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR
@@ -134,6 +139,28 @@ def test_the_decoder_scales_only_windows_twice_the_output(monkeypatch):
 
 
 @needs_turbo
+def test_pointwise_augmentors_after_the_resize_are_stored_through_one_table(monkeypatch):
+    tables = []
+    real = fused._kernel
+
+    def spy(*args, **kwargs):
+        tables.append(args[7] if len(args) > 7 else kwargs.get("lut"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(fused, "_kernel", spy)
+    data = make_jpeg(120, 160, seed=2)
+    build = lambda: [imgaug.Resize(64), imgaug.Flip(horiz=True, prob=1.0),  # noqa: E731
+                     imgaug.Brightness(30), imgaug.Gamma()]
+    ref_augs, augs = twins(build)
+    np.testing.assert_array_equal(augs.augment_jpeg(data), ref_augs.augment(imdecode(data)))
+    assert len(tables) == 1 and tables[0].shape == (256, 3) and tables[0].dtype == np.uint8
+    # before the resize a table does not commute with it: applied as usual
+    ref_augs, augs = twins(lambda: [imgaug.Brightness(30), imgaug.Resize(64)])
+    np.testing.assert_array_equal(augs.augment_jpeg(data), ref_augs.augment(imdecode(data)))
+    assert len(tables) == 1
+
+
+@needs_turbo
 def test_coordinates_follow_exactly():
     data = make_jpeg(180, 240, seed=3)
     coords = np.array([[0.0, 0.0], [240.0, 180.0], [17.5, 33.25]], np.float32)
@@ -174,8 +201,18 @@ def test_samples_from_shape_is_declared_and_not_inherited_by_overrides():
                 imgaug.RandomCropRandomShape, imgaug.Resize, imgaug.ResizeShortestEdge,
                 imgaug.RandomResize, imgaug.Flip, imgaug.Transpose):
         assert cls.samples_from_shape is True
-    assert imgaug.Brightness.samples_from_shape is False
+    for cls in (imgaug.Brightness, imgaug.BrightnessScale, imgaug.Gamma, imgaug.Lighting):
+        assert cls.samples_from_shape is True and cls.pointwise is True
+    for cls in (imgaug.Contrast, imgaug.Saturation, imgaug.Rotation, imgaug.Flip):
+        assert cls.pointwise is False
+    assert imgaug.Contrast.samples_from_shape is False
     assert imgaug.Rotation.samples_from_shape is False
+
+    class PixelLighting(imgaug.Lighting):
+        def _get_augment_params(self, img):  # may read the pixels
+            return super()._get_augment_params(img)
+
+    assert PixelLighting.samples_from_shape is False and PixelLighting.pointwise is False
 
     class PixelCrop(imgaug.RandomCrop):
         def get_transform(self, img):  # looks at the pixels

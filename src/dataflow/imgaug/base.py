@@ -85,6 +85,11 @@ class ImageAugmentor:
     #: :meth:`AugmentorList.augment_jpeg`). A subclass that overrides ``get_transform`` is
     #: False again unless it sets the attribute itself.
     samples_from_shape: bool = False
+    #: True if the transform maps each value of each channel on its own, the same way at every
+    #: pixel (brightness, gamma, PCA lighting), so that on uint8 images it is a lookup table per
+    #: channel, which :meth:`AugmentorList.augment_jpeg` applies while the resized output is
+    #: stored. Reset like ``samples_from_shape``.
+    pointwise: bool = False
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ImageAugmentor:
         obj = super().__new__(cls)
@@ -188,8 +193,10 @@ class ImageAugmentor:
         super().__init_subclass__(**kwargs)
         if "get_transform" in cls.__dict__ and "_augment_image" not in cls.__dict__:
             cls._augment_image = ImageAugmentor._augment_image  # type: ignore[method-assign]
-        if "get_transform" in cls.__dict__ and "samples_from_shape" not in cls.__dict__:
-            cls.samples_from_shape = False
+        if "get_transform" in cls.__dict__:
+            for flag in ("samples_from_shape", "pointwise"):
+                if flag not in cls.__dict__:
+                    setattr(cls, flag, False)
 
     # ------------------------------------------------------------ deprecated API
     def augment_return_params(self, img: np.ndarray) -> tuple[np.ndarray, BaseTransform]:
@@ -380,6 +387,9 @@ class PhotometricAugmentor(ImageAugmentor):
         if ("_augment" in own or "_get_augment_params" in own) and "get_transform" not in own:
             cls.get_transform = PhotometricAugmentor.get_transform  # type: ignore[method-assign]
             cls._augment_image = PhotometricAugmentor._augment_image  # type: ignore[method-assign]
+            for flag in ("samples_from_shape", "pointwise"):  # the new hooks may read pixels
+                if flag not in own:
+                    setattr(cls, flag, False)
 
 
 def _as_augmentor_list(augmentors: Iterable[ImageAugmentor] | AugmentorList) -> AugmentorList:

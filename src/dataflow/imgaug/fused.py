@@ -103,18 +103,22 @@ def _flat(tfm: BaseTransform) -> list[BaseTransform]:
 
 def _sample_prefix(
     augmentors: Sequence[Any], shape: tuple[int, ...]
-) -> tuple[list[BaseTransform], int]:
+) -> tuple[list[BaseTransform], set[int], int]:
     """Sample the transforms of the leading shape-only augmentors from a dummy of ``shape``.
 
-    Stops after the first augmentor whose transform the plan cannot follow the shape of, so
-    that no augmentor samples from a shape that is not the real one."""
+    Returns the transforms, the positions of those made by pointwise augmentors, and how many
+    augmentors sampled. Stops after the first augmentor whose transform the plan cannot follow
+    the shape of, so that no augmentor samples from a shape that is not the real one."""
     tfms: list[BaseTransform] = []
+    pointwise: set[int] = set()
     n = 0
     for aug in augmentors:
         if not getattr(aug, "samples_from_shape", False):
             break
         dummy = _DUMMY1 if len(shape) == 2 else _DUMMY3
         new = _flat(aug.get_transform(dummy[: shape[0], : shape[1]]))
+        if getattr(aug, "pointwise", False):
+            pointwise.update(range(len(tfms), len(tfms) + len(new)))
         tfms.extend(new)
         n += 1
         for t in new:
@@ -122,29 +126,62 @@ def _sample_prefix(
                 shape = (t.h, t.w, *shape[2:])
             elif isinstance(t, ResizeTransform):
                 shape = (t.new_h, t.new_w, *shape[2:])
-            elif not isinstance(t, FlipTransform | NoOpTransform):
-                return tfms, n
-    return tfms, n
+            elif not isinstance(t, FlipTransform | NoOpTransform) and not getattr(
+                aug, "pointwise", False
+            ):
+                return tfms, pointwise, n
+    return tfms, pointwise, n
+
+
+_RAMP = {c: np.ascontiguousarray(np.broadcast_to(np.arange(256, dtype=np.uint8)[:, None, None],
+                                                 (256, 1, c))) for c in (1, 3)}
+
+
+def _lookup_table(t: BaseTransform, channels: int) -> np.ndarray | None:
+    """The (256, channels) uint8 table of a pointwise transform: its output on a ramp image."""
+    ramp = _RAMP.get(channels)
+    if ramp is None:
+        return None
+    try:
+        out = t.apply_image(ramp if channels == 3 else ramp[:, :, 0])
+    except Exception:  # e.g. a 3-channel op on a gray image: applied as usual, raising there
+        return None
+    if not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.size != 256 * channels:
+        return None
+    return np.ascontiguousarray(out.reshape(256, channels))
 
 
 class _Plan:
-    """Window, resize, crops after it and flips, composed from the sampled transforms."""
+    """Window, resize, crops after it, flips and lookup tables, composed from the sampled
+    transforms."""
 
-    __slots__ = ("fh", "fv", "post", "resize", "window")
+    __slots__ = ("channels", "fh", "fv", "lut", "post", "resize", "window")
 
-    def __init__(self, h: int, w: int) -> None:
+    def __init__(self, h: int, w: int, channels: int) -> None:
         self.window = [0, 0, w, h]  # x, y, w, h of the source, before any resize
         self.resize: tuple[int, int, int] | None = None  # new_h, new_w, interp
         self.post: list[int] | None = None  # x, y, w, h in the resized frame
         self.fh = self.fv = False
+        self.lut: np.ndarray | None = None  # (256, channels), applied to the output
+        self.channels = channels
 
-    def push(self, tfms: list[BaseTransform]) -> int:
+    def push(self, tfms: list[BaseTransform], pointwise: set[int]) -> int:
         """Compose the transforms it can; returns how many were composed."""
         cur_h, cur_w = self.window[3], self.window[2]
         for i, t in enumerate(tfms):
             if isinstance(t, NoOpTransform):
                 continue
-            if isinstance(t, CropTransform):
+            if i in pointwise:
+                # a table commutes with crops and flips, not with a resize: only after the
+                # bilinear resize that the kernel computes (which stores through the table)
+                if self.resize is None or self.resize[2] != cv2.INTER_LINEAR:
+                    return i
+                table = _lookup_table(t, self.channels)
+                if table is None:
+                    return i
+                k = np.arange(self.channels)
+                self.lut = table if self.lut is None else table[self.lut, k]
+            elif isinstance(t, CropTransform):
                 if t.y0 + t.h > cur_h or t.x0 + t.w > cur_w:
                     return i  # raises its usual error when applied
                 # cropping a flipped image = flipping the crop of the mirrored window
@@ -174,19 +211,18 @@ class _Plan:
         win = tuple(self.window)
         if self.resize is None:
             img = _decode(data, win, 1, color, strict)
-        else:
+        elif self.resize[2] == cv2.INTER_LINEAR:
+            nh, nw, _ = self.resize
+            d = _jpeg.dct_scale((win[3], win[2]), (nh, nw)) if scale else 1
+            part, ax, ay, half = _kernel_plan(win, (nh, nw), tuple(self.post), d)
+            src = _decode(data, part, d, color, strict)
+            return _kernel(src, tuple(self.post), ax, ay, half, self.fh, self.fv, self.lut)
+        else:  # the same cv2.resize call as the decode-then-augment path, on the window
             nh, nw, interp = self.resize
+            img = fn.resize(_decode(data, win, 1, color, strict), nh, nw, interp)
             post = tuple(self.post)  # type: ignore[arg-type]
-            linear = interp == cv2.INTER_LINEAR
-            d = _jpeg.dct_scale((win[3], win[2]), (nh, nw)) if scale and linear else 1
-            if d == 1 and (post == (0, 0, nw, nh) or not linear):
-                # the same cv2.resize call as the decode-then-augment path
-                img = fn.resize(_decode(data, win, 1, color, strict), nh, nw, interp)
-                if post != (0, 0, nw, nh):
-                    img = fn.crop(img, post[1], post[0], post[3], post[2])
-            else:
-                return _resize_window(data, win, (nh, nw), post, d, color, strict,
-                                      self.fh, self.fv)
+            if post != (0, 0, nw, nh):
+                img = fn.crop(img, post[1], post[0], post[3], post[2])
         if self.fh:
             img = fn.flip(img, True)
         if self.fv:
@@ -240,27 +276,10 @@ def _kernel_plan(
 
 
 def _kernel(src: np.ndarray, post: tuple[int, ...], ax: Any, ay: Any, half: bool,
-            flip_h: bool = False, flip_v: bool = False) -> np.ndarray:
+            flip_h: bool = False, flip_v: bool = False, lut: Any = None) -> np.ndarray:
     out = np.empty((post[3], post[2], *src.shape[2:]), np.uint8)
-    _jpeg._jpeg.resize(src, out, ax, ay, flip_h, flip_v, None, half)
+    _jpeg._jpeg.resize(src, out, ax, ay, flip_h, flip_v, lut, half)
     return out
-
-
-def _resize_window(
-    data: Any,
-    win: tuple[int, ...],
-    new: tuple[int, int],
-    post: tuple[int, ...],
-    d: int,
-    color: str,
-    strict: bool,
-    flip_h: bool,
-    flip_v: bool,
-) -> np.ndarray:
-    """The source window resized to ``new`` and cropped to ``post`` (then mirrored), from only
-    the pixels that needs, at scale 1/d, by the C kernel that computes what cv2.resize does."""
-    part, ax, ay, half = _kernel_plan(win, new, post, d)
-    return _kernel(_decode(data, part, d, color, strict), post, ax, ay, half, flip_h, flip_v)
 
 
 def _resize_window_from(img: np.ndarray, new: tuple[int, int], post: tuple[int, ...]) -> Any:
@@ -291,10 +310,10 @@ def augment_jpeg(
         h, w, _, space, orientation = _jpeg._header(data, True)
         if orientation == 1 and space not in _jpeg._CMYK:
             shape = (h, w) if color == "gray" else (h, w, 3)
-            tfms, n = _sample_prefix(augmentors, shape)
+            tfms, pointwise, n = _sample_prefix(augmentors, shape)
     if n:
-        plan = _Plan(h, w)
-        k = plan.push(tfms)
+        plan = _Plan(h, w, 1 if color == "gray" else 3)
+        k = plan.push(tfms, pointwise)
         img = plan.run(data, color, scale, strict)
         for t in tfms[k:]:
             img = t.apply_image(img)

@@ -71,6 +71,8 @@ class Hue(PhotometricAugmentor):
 class Brightness(PhotometricAugmentor):
     """Add ``uniform(-delta, delta)``; clip to [0, 255] if ``clip`` (always for uint8)."""
 
+    samples_from_shape = pointwise = True
+
     def __init__(self, delta: float, clip: bool = True) -> None:
         super().__init__()
         if not delta > 0:
@@ -94,6 +96,8 @@ class Brightness(PhotometricAugmentor):
 
 class BrightnessScale(PhotometricAugmentor):
     """Multiply by ``uniform(range)``; clip to [0, 255] if ``clip`` (always for uint8)."""
+
+    samples_from_shape = pointwise = True
 
     def __init__(self, range: tuple[float, float], clip: bool = True) -> None:
         super().__init__()
@@ -177,6 +181,8 @@ class Gamma(PhotometricAugmentor):
     """``255 * (x / 255) ** (1 / (1 + g))``, ``g = uniform(range)``, on values clipped to
     [0, 255]. Float images keep their precision (tensorpack cast them through uint8)."""
 
+    samples_from_shape = pointwise = True
+
     def __init__(self, range: tuple[float, float] = (-0.5, 0.5)) -> None:
         super().__init__()
         pair(range, "range")
@@ -224,6 +230,8 @@ class Saturation(PhotometricAugmentor):
 class Lighting(PhotometricAugmentor):
     """AlexNet-style PCA lighting noise: adds ``eigvec @ (randn(3) * std * eigval)`` to every
     pixel of a 3-channel image (``eigvec`` columns are the eigenvectors)."""
+
+    samples_from_shape = pointwise = True
 
     def __init__(self, std: float, eigval: Any, eigvec: Any, clip: bool = True) -> None:
         super().__init__()
