@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -150,12 +151,13 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
         ih, iw = img.shape[:2]
         t = int(self.target_shape)
         area = ih * iw
+        uniform = self._uniform  # the values of rng.uniform, at a fraction of the cost
         for _ in range(10):
-            target_area = self.rng.uniform(*self.crop_area_fraction) * area
-            ratio = self.rng.uniform(*self.aspect_ratio_range)
-            ww = int(np.sqrt(target_area * ratio) + 0.5)
-            hh = int(np.sqrt(target_area / ratio) + 0.5)
-            if self.rng.uniform() < 0.5:
+            target_area = uniform(*self.crop_area_fraction) * area
+            ratio = uniform(*self.aspect_ratio_range)
+            ww = int(math.sqrt(target_area * ratio) + 0.5)
+            hh = int(math.sqrt(target_area / ratio) + 0.5)
+            if uniform() < 0.5:
                 ww, hh = hh, ww
             if 0 < hh <= ih and 0 < ww <= iw:
                 y0 = self.rng.randint(ih - hh + 1)

@@ -38,6 +38,7 @@ usual: data that is not JPEG, CMYK JPEGs, JPEGs with an EXIF orientation other t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -103,14 +104,15 @@ def _flat(tfm: BaseTransform) -> list[BaseTransform]:
 
 def _sample_prefix(
     augmentors: Sequence[Any], shape: tuple[int, ...]
-) -> tuple[list[BaseTransform], set[int], int]:
+) -> tuple[list[BaseTransform], dict[int, Any], int]:
     """Sample the transforms of the leading shape-only augmentors from a dummy of ``shape``.
 
-    Returns the transforms, the positions of those made by pointwise augmentors, and how many
-    augmentors sampled. Stops after the first augmentor whose transform the plan cannot follow
-    the shape of, so that no augmentor samples from a shape that is not the real one."""
+    Returns the transforms, the pointwise augmentor that made each pointwise one (by position),
+    and how many augmentors sampled. Stops after the first augmentor whose transform the plan
+    cannot follow the shape of, so that no augmentor samples from a shape that is not the real
+    one."""
     tfms: list[BaseTransform] = []
-    pointwise: set[int] = set()
+    pointwise: dict[int, Any] = {}
     n = 0
     for aug in augmentors:
         if not getattr(aug, "samples_from_shape", False):
@@ -118,7 +120,7 @@ def _sample_prefix(
         dummy = _DUMMY1 if len(shape) == 2 else _DUMMY3
         new = _flat(aug.get_transform(dummy[: shape[0], : shape[1]]))
         if getattr(aug, "pointwise", False):
-            pointwise.update(range(len(tfms), len(tfms) + len(new)))
+            pointwise.update(dict.fromkeys(range(len(tfms), len(tfms) + len(new)), aug))
         tfms.extend(new)
         n += 1
         for t in new:
@@ -137,8 +139,12 @@ _RAMP = {c: np.ascontiguousarray(np.broadcast_to(np.arange(256, dtype=np.uint8)[
                                                  (256, 1, c))) for c in (1, 3)}
 
 
-def _lookup_table(t: BaseTransform, channels: int) -> np.ndarray | None:
-    """The (256, channels) uint8 table of a pointwise transform: its output on a ramp image."""
+def _lookup_table(t: BaseTransform, aug: Any, channels: int) -> np.ndarray | None:
+    """The (256, channels) uint8 table of a pointwise transform: from the augmentor's
+    ``_table(params, channels)`` where it has one, else the transform's output on a ramp."""
+    params = getattr(getattr(t, "func", None), "params", None)
+    if params is not None and hasattr(aug, "_table"):
+        return aug._table(params, channels)
     ramp = _RAMP.get(channels)
     if ramp is None:
         return None
@@ -165,7 +171,7 @@ class _Plan:
         self.lut: np.ndarray | None = None  # (256, channels), applied to the output
         self.channels = channels
 
-    def push(self, tfms: list[BaseTransform], pointwise: set[int]) -> int:
+    def push(self, tfms: list[BaseTransform], pointwise: dict[int, Any]) -> int:
         """Compose the transforms it can; returns how many were composed."""
         cur_h, cur_w = self.window[3], self.window[2]
         for i, t in enumerate(tfms):
@@ -176,7 +182,7 @@ class _Plan:
                 # bilinear resize that the kernel computes (which stores through the table)
                 if self.resize is None or self.resize[2] != cv2.INTER_LINEAR:
                     return i
-                table = _lookup_table(t, self.channels)
+                table = _lookup_table(t, pointwise[i], self.channels)
                 if table is None:
                     return i
                 k = np.arange(self.channels)
@@ -254,8 +260,8 @@ def _axis(lo: int, size: int, new: int, plo: int, psize: int, d: int) -> tuple[A
     s = 1.0 / (new / size)  # as cv2.resize computes its scale
     c0, c1 = lo // d, -(-(lo + size) // d)  # the frame: the scaled cover of the source window
     scale, shift = (s, 0.0) if d == 1 else (s / d, lo / d - c0)
-    first = int(np.floor((plo + 0.5) * scale - 0.5 + shift)) - 1
-    last = int(np.floor((plo + psize - 0.5) * scale - 0.5 + shift)) + 2
+    first = math.floor((plo + 0.5) * scale - 0.5 + shift) - 1
+    last = math.floor((plo + psize - 0.5) * scale - 0.5 + shift) + 2
     start, stop = max(first, 0), min(last, c1 - c0 - 1) + 1
     return c0 + start, stop - start, (scale, shift, plo, c1 - c0, start)
 

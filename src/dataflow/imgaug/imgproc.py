@@ -85,6 +85,12 @@ class Brightness(PhotometricAugmentor):
     def _augment(self, img: np.ndarray, v: float) -> np.ndarray:
         return fn.add_scalar(img, v, self.clip)
 
+    @staticmethod
+    def _table(v: float, channels: int) -> np.ndarray:
+        """What ``_augment(img, v)`` does to a uint8 image, as a (256, channels) table."""
+        row = np.clip(np.arange(256) + round(v), 0, 255).astype(np.uint8)
+        return np.repeat(row[:, None], channels, axis=1)
+
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         # the hot path of most pipelines: a C-level partial instead of two Python frames
         v = self._get_augment_params(img)
@@ -250,6 +256,15 @@ class Lighting(PhotometricAugmentor):
     def _augment(self, img: np.ndarray, inc: np.ndarray) -> np.ndarray:
         _need_channels(img, 3, "Lighting")
         return fn.lighting(img, inc, self.clip)
+
+    @staticmethod
+    def _table(inc: np.ndarray, channels: int) -> np.ndarray | None:
+        """What ``_augment(img, inc)`` does to a uint8 3-channel image, as a (256, 3) table
+        (``fn.lighting``'s uint8 result is the float32 sum, rounded and saturated)."""
+        if channels != 3:
+            return None  # applied as usual, where it raises its own error
+        table = np.arange(256, dtype=np.float32)[:, None] + np.asarray(inc, np.float32)
+        return np.clip(np.rint(table), 0, 255).astype(np.uint8)
 
 
 class MinMaxNormalize(PhotometricAugmentor):
