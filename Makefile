@@ -11,7 +11,8 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint clean jpeg-build-deps
 
-$(STAMP): pyproject.toml setup.py src/dataflow/_jpegmodule.c src/dataflow/_jpegresize.c
+$(STAMP): pyproject.toml setup.py src/dataflow/_jpegmodule.c src/dataflow/_jpegresize.c \
+		src/dataflow/_jpeg.h
 	$(MAKE) --no-print-directory jpeg-build-deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"

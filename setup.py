@@ -59,6 +59,7 @@ setup(
         Extension(
             "dataflow._jpeg",
             sources=["src/dataflow/_jpegmodule.c", "src/dataflow/_jpegresize.c"],
+            depends=["src/dataflow/_jpeg.h"],
             libraries=["jpeg", "m"],
             extra_compile_args=["-O3"],
         )

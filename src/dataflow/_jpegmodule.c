@@ -33,6 +33,8 @@
 
 #include <jpeglib.h>
 
+#include "_jpeg.h"
+
 #if !defined(LIBJPEG_TURBO_VERSION) || !defined(JCS_EXTENSIONS)
 #error "dataflow._jpeg needs libjpeg-turbo (jpeg_crop_scanline, jpeg_skip_scanlines, JCS_EXT_BGR)"
 #endif
@@ -167,10 +169,14 @@ static PyObject *jpeg_header(PyObject *self, PyObject *arg) {
 typedef struct {
     const unsigned char *data;
     size_t size;
-    unsigned char *out;
+    unsigned char *out; /* NULL: decode into a new buffer of whole decoded rows (see wide) */
     Py_ssize_t row_stride;
     JDIMENSION x, y, w, h;
     int denom, color, strict;
+    /* without `out`: the malloc'ed rows as libjpeg decodes them (wide_w columns, of which the
+       window starts at column `skip`), for the caller to free */
+    unsigned char *wide;
+    JDIMENSION wide_w, skip;
     char message[MESSAGE_MAX];
 } DecodeJob;
 
@@ -199,6 +205,8 @@ static int run_decode(DecodeJob *job) {
     if (setjmp(err.jump)) {
         memcpy(job->message, err.message, MESSAGE_MAX);
         free(scratch);
+        free(job->wide);
+        job->wide = NULL;
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
@@ -248,7 +256,15 @@ static int run_decode(DecodeJob *job) {
         jpeg_crop_scanline(&cinfo, &xoff, &cw);
     }
     skip = job->x - xoff;
-    if (skip != 0 || cw != job->w) {
+    if (job->out == NULL) { /* no copy: the caller reads the window from the decoded rows */
+        job->wide = (unsigned char *)malloc((size_t)cw * nc * job->h);
+        if (job->wide == NULL) {
+            snprintf(err.message, MESSAGE_MAX, "out of memory");
+            longjmp(err.jump, 1);
+        }
+        job->wide_w = cw;
+        job->skip = skip;
+    } else if (skip != 0 || cw != job->w) {
         scratch = (unsigned char *)malloc((size_t)cw * nc);
         if (scratch == NULL) {
             snprintf(err.message, MESSAGE_MAX, "out of memory");
@@ -260,7 +276,8 @@ static int run_decode(DecodeJob *job) {
         longjmp(err.jump, 1);
     }
     for (r = 0; r < job->h; r++) {
-        unsigned char *dst = job->out + (Py_ssize_t)r * job->row_stride;
+        unsigned char *dst = job->out != NULL ? job->out + (Py_ssize_t)r * job->row_stride
+                                              : job->wide + (size_t)r * cw * nc;
         JSAMPROW row = scratch != NULL ? scratch : dst;
         if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) {
             snprintf(err.message, MESSAGE_MAX, "libjpeg returned no row %u", job->y + r);
@@ -327,6 +344,7 @@ static PyObject *jpeg_decode(PyObject *self, PyObject *args) {
     job.denom = denom;
     job.color = color;
     job.strict = strict;
+    job.wide = NULL;
     job.message[0] = '\0';
     Py_BEGIN_ALLOW_THREADS
     rc = run_decode(&job);
@@ -340,15 +358,88 @@ static PyObject *jpeg_decode(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* defined in _jpegresize.c */
-PyObject *jpeg_resize(PyObject *self, PyObject *args);
-void resize_init(void);
+/* decode_resize(data, out, x, y, w, h, denom, color, strict, x_axis, y_axis, flip_h, flip_v,
+   lut, add, half) -> None: decode the window as decode() does, but into libjpeg's own rows
+   (no copy), and resize it into `out` with the kernel of _jpegresize.c (the axes' origins are
+   relative to the window's first column and row), all without the GIL. */
+static PyObject *jpeg_decode_resize(PyObject *self, PyObject *args) {
+    PyObject *data_obj, *out_obj, *ax, *ay, *lut_obj, *add_obj;
+    Py_buffer data, out, lut;
+    unsigned int x, y, w, h;
+    int denom, color, strict, rc, rc2 = 0;
+    DecodeJob job;
+    ResizeJob rj;
+
+    memset(&rj, 0, sizeof(rj));
+    if (!PyArg_ParseTuple(args, "OOIIIIiipOOppOOp", &data_obj, &out_obj, &x, &y, &w, &h, &denom,
+                          &color, &strict, &ax, &ay, &rj.flip_h, &rj.flip_v, &lut_obj, &add_obj,
+                          &rj.half) ||
+        resize_job_from(&rj, ax, ay, add_obj) < 0) {
+        return NULL;
+    }
+    if ((denom != 1 && denom != 2 && denom != 4 && denom != 8) || color < 0 || color > 2 ||
+        w == 0 || h == 0) {
+        PyErr_Format(PyExc_ValueError, "bad denom %d, color %d or empty window %ux%u", denom,
+                     color, w, h);
+        return NULL;
+    }
+    if (PyObject_GetBuffer(data_obj, &data, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    if (PyObject_GetBuffer(out_obj, &out, PyBUF_RECORDS) < 0) {
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    if (resize_dst_from(&rj, &out, color == 2 ? 1 : 3, lut_obj, &lut) < 0) {
+        PyBuffer_Release(&out);
+        PyBuffer_Release(&data);
+        return NULL;
+    }
+    memset(&job, 0, sizeof(job));
+    job.data = (const unsigned char *)data.buf;
+    job.size = (size_t)data.len;
+    job.x = x;
+    job.y = y;
+    job.w = w;
+    job.h = h;
+    job.denom = denom;
+    job.color = color;
+    job.strict = strict;
+    Py_BEGIN_ALLOW_THREADS
+    rc = run_decode(&job);
+    if (rc == 0) {
+        rj.src = job.wide;
+        rj.src_stride = (Py_ssize_t)job.wide_w * rj.cn;
+        rj.src_h = h;
+        rj.src_w = job.wide_w;
+        rj.ax.origin -= job.skip;
+        rc2 = run_resize(&rj);
+        free(job.wide);
+    }
+    Py_END_ALLOW_THREADS
+    if (rj.lut != NULL) {
+        PyBuffer_Release(&lut);
+    }
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&data);
+    if (rc != 0) {
+        PyErr_SetString(DecodeError, job.message);
+        return NULL;
+    }
+    if (resize_error(rc2) != 0) {
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
 
 static PyMethodDef methods[] = {
     {"header", jpeg_header, METH_O,
      "header(data) -> (height, width, components, jpeg_color_space, orientation, progressive)"},
     {"decode", jpeg_decode, METH_VARARGS,
      "decode(data, out, x, y, w, h, denom, color, strict): decode a window into out"},
+    {"decode_resize", jpeg_decode_resize, METH_VARARGS,
+     "decode_resize(data, out, x, y, w, h, denom, color, strict, x_axis, y_axis, flip_h, "
+     "flip_v, lut, add, half): decode a window and resize it into out (see _jpegresize.c)"},
     {"resize", jpeg_resize, METH_VARARGS,
      "resize(src, dst, x_axis, y_axis, flip_h, flip_v, lut, half): cv2.resize's bilinear "
      "uint8 resize of a window (see _jpegresize.c)"},

@@ -2,8 +2,9 @@
  * The resize half of dataflow._jpeg: a bilinear uint8 resize that computes exactly what
  * cv2.resize(src, (new_w, new_h), interpolation=cv2.INTER_LINEAR) computes (the same 11-bit
  * fixed-point weights and the same rounding), for any window of the resized image and from any
- * window of the source that holds the pixels it needs, with a mirror and a per-channel lookup
- * table applied as each output pixel is stored. Used by dataflow.imgaug.fused to go from a
+ * window of the source that holds the pixels it needs, mirrored (by reversing the columns it
+ * reads) and passed through a per-channel saturating offset or lookup table as each output row
+ * is stored. Used by dataflow.imgaug.fused to go from a
  * decoded JPEG region straight to the augmented output in one pass.
  *
  * Geometry, per axis (as cv2.resize): output pixel i of the window maps to the source
@@ -21,13 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "_jpeg.h"
+
 #define COEF_BITS 11
 #define COEF_ONE (1 << COEF_BITS)
 
-typedef struct {
-    double scale, shift;
-    Py_ssize_t start, length, origin;
-} Axis;
 
 static short coef(float v) { return (short)lrintf(v * COEF_ONE); }
 
@@ -81,19 +80,31 @@ static int plan_axis(const Axis *ax, Py_ssize_t count, Py_ssize_t available, int
 
 /* The 3-channel horizontal pass with SSSE3: one 8-byte load holds a pixel and the next one,
    a shuffle pairs their channels, one multiply-add of 16-bit pairs gives the three sums. The
-   next pixel is read even where cv2 uses only one (its weight is then 0), so `count` covers only
-   the pixels whose 8 bytes lie inside the row; row needs one spare short at its end. */
+   next pixel is read even where cv2 uses only one (its weight is then 0), so a pixel whose 8
+   bytes would pass the end of the row is left to the scalar code; row needs one spare short at
+   its end. Returns how many pixels it did not do (they are at the end or, mirrored, the
+   start). */
 __attribute__((target("ssse3"))) static void horizontal3_ssse3(const unsigned char *src,
+                                                                 Py_ssize_t width,
                                                                  Py_ssize_t count,
-                                                                 const int *x0, const short *a0,
+                                                                 const int *x0, const int *x1,
+                                                                 const short *a0,
                                                                  const short *a1, short *row) {
     const __m128i pairs = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
     Py_ssize_t i;
     for (i = 0; i < count; i++) {
-        __m128i v = _mm_loadl_epi64((const __m128i *)(src + 3 * (Py_ssize_t)x0[i]));
-        __m128i w = _mm_set1_epi32((int)(unsigned short)a0[i] | ((int)a1[i] << 16));
-        __m128i d = _mm_srai_epi32(_mm_madd_epi16(_mm_shuffle_epi8(v, pairs), w), 4);
-        _mm_storel_epi64((__m128i *)(row + 3 * i), _mm_packs_epi32(d, d));
+        if (3 * (Py_ssize_t)x0[i] + 8 <= 3 * width) {
+            __m128i v = _mm_loadl_epi64((const __m128i *)(src + 3 * (Py_ssize_t)x0[i]));
+            __m128i w = _mm_set1_epi32((int)(unsigned short)a0[i] | ((int)a1[i] << 16));
+            __m128i d = _mm_srai_epi32(_mm_madd_epi16(_mm_shuffle_epi8(v, pairs), w), 4);
+            _mm_storel_epi64((__m128i *)(row + 3 * i), _mm_packs_epi32(d, d));
+        } else {
+            const unsigned char *p = src + 3 * x0[i], *q = src + 3 * x1[i];
+            int b0 = a0[i], b1 = a1[i];
+            row[3 * i] = (short)((p[0] * b0 + q[0] * b1) >> 4);
+            row[3 * i + 1] = (short)((p[1] * b0 + q[1] * b1) >> 4);
+            row[3 * i + 2] = (short)((p[2] * b0 + q[2] * b1) >> 4);
+        }
     }
 }
 #endif
@@ -111,13 +122,8 @@ HOT static void horizontal(const unsigned char *src, Py_ssize_t width, int cn, P
         i = 0;
 #ifdef HAVE_SSSE3_PATH
         if (simd) {
-            /* the pixels whose 8-byte load stays inside the row (x0 never decreases) */
-            Py_ssize_t safe = count;
-            while (safe > 0 && 3 * (Py_ssize_t)x0[safe - 1] + 8 > 3 * width) {
-                safe--;
-            }
-            horizontal3_ssse3(src, safe, x0, a0, a1, row);
-            i = safe;
+            horizontal3_ssse3(src, width, count, x0, x1, a0, a1, row);
+            return;
         }
 #endif
         for (; i < count; i++) {
@@ -138,20 +144,14 @@ HOT static void horizontal(const unsigned char *src, Py_ssize_t width, int cn, P
     }
 }
 
-typedef struct {
-    const unsigned char *src;
-    Py_ssize_t src_stride, src_h, src_w;
-    unsigned char *dst;
-    Py_ssize_t dst_stride, out_h, out_w;
-    int cn, flip_h, flip_v;
-    const unsigned char *lut; /* 256 * cn entries (entry v * cn + channel), or NULL */
-    Axis ax, ay;
-    int half; /* the whole resize is exactly 1/2 on both axes: a 2x2 average */
-} ResizeJob;
 
 static void store(const ResizeJob *job, Py_ssize_t y, Py_ssize_t x, int k, int v) {
     unsigned char *d = job->dst + (job->flip_v ? job->out_h - 1 - y : y) * job->dst_stride +
                        (job->flip_h ? job->out_w - 1 - x : x) * job->cn + k;
+    if (job->use_add) {
+        v += job->add[k];
+        v = v < 0 ? 0 : (v > 255 ? 255 : v);
+    }
     *d = job->lut != NULL ? job->lut[v * job->cn + k] : (unsigned char)v;
 }
 
@@ -181,41 +181,57 @@ static void blend_row(const short *r0, const short *r1, short w0, short w1, Py_s
     }
 }
 
-/* Output row y from the two resampled rows: blended, mirrored, looked up, stored. `tmp` holds
-   out_w * cn bytes. */
-static void vertical(const ResizeJob *job, Py_ssize_t y, const short *r0, const short *r1,
-                     short w0, short w1, unsigned char *tmp) {
-    Py_ssize_t n = job->out_w * job->cn, i;
-    int cn = job->cn, k;
-    const unsigned char *lut = job->lut;
-    unsigned char *row = job->dst + (job->flip_v ? job->out_h - 1 - y : y) * job->dst_stride;
-    if (!job->flip_h && lut == NULL) {
-        blend_row(r0, r1, w0, w1, n, row);
-        return;
+/* Add add[i % 3] to each byte of a 3-channel row, saturated: SSE2 saturating adds and
+   subtracts of the channel pattern, which repeats every 48 bytes (three vectors). */
+static void offset_row3(unsigned char *row, Py_ssize_t n, const int *add) {
+    Py_ssize_t i = 0;
+#if defined(__SSE2__)
+    unsigned char up[48], down[48];
+    __m128i u[3], d[3];
+    int j;
+    for (j = 0; j < 48; j++) {
+        int k = add[j % 3];
+        up[j] = (unsigned char)(k > 0 ? k : 0);
+        down[j] = (unsigned char)(k < 0 ? -k : 0);
     }
-    blend_row(r0, r1, w0, w1, n, tmp);
-    if (cn == 3) {
-        unsigned char *d = job->flip_h ? row + n - 3 : row;
-        Py_ssize_t step = job->flip_h ? -3 : 3;
-        if (lut != NULL) {
-            for (i = 0; i < n; i += 3, d += step) {
-                d[0] = lut[3 * tmp[i]];
-                d[1] = lut[3 * tmp[i + 1] + 1];
-                d[2] = lut[3 * tmp[i + 2] + 2];
-            }
+    for (j = 0; j < 3; j++) {
+        u[j] = _mm_loadu_si128((const __m128i *)(up + 16 * j));
+        d[j] = _mm_loadu_si128((const __m128i *)(down + 16 * j));
+    }
+    for (; i + 48 <= n; i += 48) {
+        for (j = 0; j < 3; j++) {
+            __m128i *p = (__m128i *)(row + i + 16 * j);
+            _mm_storeu_si128(p, _mm_subs_epu8(_mm_adds_epu8(_mm_loadu_si128(p), u[j]), d[j]));
+        }
+    }
+#endif
+    for (; i < n; i++) {
+        int v = row[i] + add[i % 3];
+        row[i] = (unsigned char)(v < 0 ? 0 : (v > 255 ? 255 : v));
+    }
+}
+
+/* Output row y from the two resampled rows (already mirrored if flip_h: the columns were
+   read in reverse): blended, offset or looked up, stored. */
+static void vertical(const ResizeJob *job, Py_ssize_t y, const short *r0, const short *r1,
+                     short w0, short w1) {
+    Py_ssize_t n = job->out_w * job->cn, i;
+    int cn = job->cn;
+    unsigned char *row = job->dst + (job->flip_v ? job->out_h - 1 - y : y) * job->dst_stride;
+    blend_row(r0, r1, w0, w1, n, row);
+    if (job->use_add) {
+        if (cn == 3) {
+            offset_row3(row, n, job->add);
         } else {
-            for (i = 0; i < n; i += 3, d += step) {
-                d[0] = tmp[i];
-                d[1] = tmp[i + 1];
-                d[2] = tmp[i + 2];
+            for (i = 0; i < n; i++) {
+                int v = row[i] + job->add[i % cn];
+                row[i] = (unsigned char)(v < 0 ? 0 : (v > 255 ? 255 : v));
             }
         }
-        return;
-    }
-    for (i = 0; i < n; i += cn) {
-        unsigned char *d = job->flip_h ? row + n - cn - i : row + i;
-        for (k = 0; k < cn; k++) {
-            d[k] = lut != NULL ? lut[tmp[i + k] * cn + k] : tmp[i + k];
+    } else if (job->lut != NULL) {
+        const unsigned char *lut = job->lut;
+        for (i = 0; i < n; i++) {
+            row[i] = lut[row[i] * cn + i % cn];
         }
     }
 }
@@ -242,12 +258,11 @@ static int run_half(const ResizeJob *job) {
 }
 
 /* Runs without the GIL. Returns 0, -1 (a window the buffer does not hold) or -2 (memory). */
-static int run_resize(const ResizeJob *job) {
+int run_resize(const ResizeJob *job) {
     Py_ssize_t n = job->out_w, m = job->out_h, y;
     int cn = job->cn, j, rc = 0;
     int *x0 = NULL, *x1 = NULL, *y0 = NULL, *y1 = NULL;
     short *rows = NULL;
-    unsigned char *tmp = NULL;
     short *a0 = NULL, *a1 = NULL, *b0 = NULL, *b1 = NULL;
     Py_ssize_t cached[2] = {-1, -1};
 
@@ -263,8 +278,7 @@ static int run_resize(const ResizeJob *job) {
     b0 = malloc(m * sizeof(short));
     b1 = malloc(m * sizeof(short));
     rows = malloc(2 * (n * cn + 4) * sizeof(short)); /* + spare shorts for the SIMD stores */
-    tmp = malloc(n * cn);
-    if (!x0 || !x1 || !a0 || !a1 || !y0 || !y1 || !b0 || !b1 || !rows || !tmp) {
+    if (!x0 || !x1 || !a0 || !a1 || !y0 || !y1 || !b0 || !b1 || !rows) {
         rc = -2;
         goto done;
     }
@@ -272,6 +286,17 @@ static int run_resize(const ResizeJob *job) {
         plan_axis(&job->ay, m, job->src_h, 0, y0, y1, b0, b1) < 0) {
         rc = -1;
         goto done;
+    }
+    if (job->flip_h) { /* output column i is column n - 1 - i of the unmirrored resize */
+        Py_ssize_t i;
+        for (i = 0; i < n / 2; i++) {
+            int t;
+            short u;
+            t = x0[i], x0[i] = x0[n - 1 - i], x0[n - 1 - i] = t;
+            t = x1[i], x1[i] = x1[n - 1 - i], x1[n - 1 - i] = t;
+            u = a0[i], a0[i] = a0[n - 1 - i], a0[n - 1 - i] = u;
+            u = a1[i], a1[i] = a1[n - 1 - i], a1[n - 1 - i] = u;
+        }
     }
     for (y = 0; y < m; y++) {
         Py_ssize_t want[2];
@@ -297,7 +322,7 @@ static int run_resize(const ResizeJob *job) {
             }
             r[j] = rows + slot * (n * cn + 4);
         }
-        vertical(job, y, r[0], r[1], b0[y], b1[y], tmp);
+        vertical(job, y, r[0], r[1], b0[y], b1[y]);
     }
 done:
     free(x0);
@@ -309,85 +334,128 @@ done:
     free(b0);
     free(b1);
     free(rows);
-    free(tmp);
     return rc;
 }
 
-/* resize(src, dst, x_axis, y_axis, flip_h, flip_v, lut, half) -> None; each axis is the tuple
-   (scale, shift, start, length, origin). */
+int resize_job_from(ResizeJob *job, PyObject *ax, PyObject *ay, PyObject *add) {
+    if (!PyArg_ParseTuple(ax, "ddnnn", &job->ax.scale, &job->ax.shift, &job->ax.start,
+                          &job->ax.length, &job->ax.origin) ||
+        !PyArg_ParseTuple(ay, "ddnnn", &job->ay.scale, &job->ay.shift, &job->ay.start,
+                          &job->ay.length, &job->ay.origin)) {
+        return -1;
+    }
+    if (job->ax.length < 1 || job->ay.length < 1) {
+        PyErr_SetString(PyExc_ValueError, "an axis needs a frame of at least one pixel");
+        return -1;
+    }
+    if (add != Py_None) {
+        Py_ssize_t k, len = PyTuple_Check(add) ? PyTuple_GET_SIZE(add) : -1;
+        if (len < 1 || len > 4) {
+            PyErr_SetString(PyExc_ValueError, "add must be None or a tuple of 1 to 4 ints");
+            return -1;
+        }
+        for (k = 0; k < len; k++) {
+            long v = PyLong_AsLong(PyTuple_GET_ITEM(add, k));
+            if (v == -1 && PyErr_Occurred()) {
+                return -1;
+            }
+            job->add[k] = v < -255 ? -255 : (v > 255 ? 255 : (int)v);
+        }
+        job->use_add = 1;
+    }
+    return 0;
+}
+
+int resize_dst_from(ResizeJob *job, Py_buffer *dst, int cn, PyObject *lut_obj, Py_buffer *lut) {
+    if (dst->itemsize != 1 || dst->ndim != (cn == 1 ? 2 : 3) || (cn != 1 && dst->shape[2] != cn) ||
+        dst->strides[1] != cn || (cn != 1 && dst->strides[2] != 1)) {
+        PyErr_SetString(PyExc_ValueError, "the output must be a uint8 (h, w[, c]) array with "
+                                          "contiguous pixels and the source's channels");
+        return -1;
+    }
+    if (job->use_add && cn > 4) {
+        PyErr_SetString(PyExc_ValueError, "add needs at most 4 channels");
+        return -1;
+    }
+    job->cn = cn;
+    job->dst = (unsigned char *)dst->buf;
+    job->dst_stride = dst->strides[0];
+    job->out_h = dst->shape[0];
+    job->out_w = dst->shape[1];
+    if (lut_obj != Py_None) {
+        if (PyObject_GetBuffer(lut_obj, lut, PyBUF_SIMPLE) < 0) {
+            return -1;
+        }
+        if (lut->len != 256 * cn) {
+            PyBuffer_Release(lut);
+            PyErr_Format(PyExc_ValueError, "lut must hold 256 * %d bytes", cn);
+            return -1;
+        }
+        job->lut = (const unsigned char *)lut->buf;
+    }
+    return 0;
+}
+
+int resize_error(int rc) {
+    if (rc == -1) {
+        PyErr_SetString(PyExc_ValueError, "the source buffer does not hold the pixels needed");
+    } else if (rc == -2) {
+        PyErr_NoMemory();
+    }
+    return rc;
+}
+
+/* resize(src, dst, x_axis, y_axis, flip_h, flip_v, lut, add, half) -> None; each axis is the
+   tuple (scale, shift, start, length, origin); lut: None or 256 * c bytes; add: None or a tuple
+   of c ints (a per-channel saturating offset). */
 PyObject *jpeg_resize(PyObject *self, PyObject *args) {
-    PyObject *src_obj, *dst_obj, *lut_obj;
+    PyObject *src_obj, *dst_obj, *ax, *ay, *lut_obj, *add_obj;
     Py_buffer src, dst, lut;
     ResizeJob job;
-    int rc, have_lut = 0;
+    int rc, cn;
 
     memset(&job, 0, sizeof(job));
-    if (!PyArg_ParseTuple(args, "OO(ddnnn)(ddnnn)ppOp", &src_obj, &dst_obj, &job.ax.scale,
-                          &job.ax.shift, &job.ax.start, &job.ax.length, &job.ax.origin,
-                          &job.ay.scale, &job.ay.shift, &job.ay.start, &job.ay.length,
-                          &job.ay.origin, &job.flip_h, &job.flip_v, &lut_obj, &job.half)) {
+    if (!PyArg_ParseTuple(args, "OOOOppOOp", &src_obj, &dst_obj, &ax, &ay, &job.flip_h,
+                          &job.flip_v, &lut_obj, &add_obj, &job.half) ||
+        resize_job_from(&job, ax, ay, add_obj) < 0) {
         return NULL;
     }
     if (PyObject_GetBuffer(src_obj, &src, PyBUF_RECORDS_RO) < 0) {
+        return NULL;
+    }
+    cn = src.ndim == 3 ? (int)src.shape[2] : 1;
+    if (src.itemsize != 1 || src.ndim < 2 || src.ndim > 3 || src.strides[1] != cn ||
+        (src.ndim == 3 && src.strides[2] != 1)) {
+        PyErr_SetString(PyExc_ValueError, "the source must be a uint8 (h, w[, c]) array with "
+                                          "contiguous pixels");
+        PyBuffer_Release(&src);
         return NULL;
     }
     if (PyObject_GetBuffer(dst_obj, &dst, PyBUF_RECORDS) < 0) {
         PyBuffer_Release(&src);
         return NULL;
     }
-    job.cn = src.ndim == 3 ? (int)src.shape[2] : 1;
-    if (src.itemsize != 1 || dst.itemsize != 1 || src.ndim < 2 || src.ndim > 3 ||
-        dst.ndim != src.ndim || (src.ndim == 3 && dst.shape[2] != job.cn) ||
-        src.strides[1] != job.cn || dst.strides[1] != job.cn ||
-        (src.ndim == 3 && (src.strides[2] != 1 || dst.strides[2] != 1)) ||
-        job.ax.length < 1 || job.ay.length < 1) {
-        PyErr_SetString(PyExc_ValueError,
-                        "resize needs uint8 (h, w[, c]) buffers with contiguous pixels");
-        goto fail;
-    }
-    if (lut_obj != Py_None) {
-        if (PyObject_GetBuffer(lut_obj, &lut, PyBUF_SIMPLE) < 0) {
-            goto fail;
-        }
-        have_lut = 1;
-        if (lut.len != 256 * job.cn) {
-            PyErr_Format(PyExc_ValueError, "lut must hold 256 * %d bytes", job.cn);
-            goto fail;
-        }
-        job.lut = (const unsigned char *)lut.buf;
+    if (resize_dst_from(&job, &dst, cn, lut_obj, &lut) < 0) {
+        PyBuffer_Release(&dst);
+        PyBuffer_Release(&src);
+        return NULL;
     }
     job.src = (const unsigned char *)src.buf;
     job.src_stride = src.strides[0];
     job.src_h = src.shape[0];
     job.src_w = src.shape[1];
-    job.dst = (unsigned char *)dst.buf;
-    job.dst_stride = dst.strides[0];
-    job.out_h = dst.shape[0];
-    job.out_w = dst.shape[1];
     Py_BEGIN_ALLOW_THREADS
     rc = run_resize(&job);
     Py_END_ALLOW_THREADS
-    if (rc == -1) {
-        PyErr_SetString(PyExc_ValueError, "the source buffer does not hold the pixels needed");
-        goto fail;
-    }
-    if (rc == -2) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    if (have_lut) {
+    if (job.lut != NULL) {
         PyBuffer_Release(&lut);
     }
     PyBuffer_Release(&dst);
     PyBuffer_Release(&src);
+    if (resize_error(rc) != 0) {
+        return NULL;
+    }
     Py_RETURN_NONE;
-fail:
-    if (have_lut) {
-        PyBuffer_Release(&lut);
-    }
-    PyBuffer_Release(&dst);
-    PyBuffer_Release(&src);
-    return NULL;
 }
 
 void resize_init(void) {

@@ -123,13 +123,18 @@ def test_dct_scaled_decode_within_the_documented_bound(h, w, seed):
 @needs_turbo
 def test_the_decoder_scales_only_windows_twice_the_output(monkeypatch):
     scales = []
-    real = fused._decode
+    real, real_resize = fused._decode, fused._decode_resize
 
-    def spy(data, win, d, color, strict):
+    def spy(data, win, d, *args):
         scales.append(d)
-        return real(data, win, d, color, strict)
+        return real(data, win, d, *args)
+
+    def spy_resize(data, part, d, *args):
+        scales.append(d)
+        return real_resize(data, part, d, *args)
 
     monkeypatch.setattr(fused, "_decode", spy)
+    monkeypatch.setattr(fused, "_decode_resize", spy_resize)
     data = smooth_jpeg(600, 800, 0)
     imgaug.AugmentorList([imgaug.Resize(150)]).augment_jpeg(data)  # 600 / 150 = 4
     imgaug.AugmentorList([imgaug.Resize(301)]).augment_jpeg(data)  # less than twice
@@ -141,13 +146,13 @@ def test_the_decoder_scales_only_windows_twice_the_output(monkeypatch):
 @needs_turbo
 def test_pointwise_augmentors_after_the_resize_are_stored_through_one_table(monkeypatch):
     tables = []
-    real = fused._kernel
+    real = fused._decode_resize
 
-    def spy(*args, **kwargs):
-        tables.append(args[7] if len(args) > 7 else kwargs.get("lut"))
-        return real(*args, **kwargs)
+    def spy(*args):
+        tables.append(args[-1])
+        return real(*args)
 
-    monkeypatch.setattr(fused, "_kernel", spy)
+    monkeypatch.setattr(fused, "_decode_resize", spy)
     data = make_jpeg(120, 160, seed=2)
     build = lambda: [imgaug.Resize(64), imgaug.Flip(horiz=True, prob=1.0),  # noqa: E731
                      imgaug.Brightness(30), imgaug.Gamma()]
@@ -157,7 +162,11 @@ def test_pointwise_augmentors_after_the_resize_are_stored_through_one_table(monk
     # before the resize a table does not commute with it: applied as usual
     ref_augs, augs = twins(lambda: [imgaug.Brightness(30), imgaug.Resize(64)])
     np.testing.assert_array_equal(augs.augment_jpeg(data), ref_augs.augment(imdecode(data)))
-    assert len(tables) == 1
+    assert len(tables) == 1  # decoded whole window, then applied as usual
+    # offset tables (brightness, lighting) are added with SIMD; others are looked up
+    assert fused._offsets(tables[0]) is None  # gamma
+    table = np.clip(np.arange(256)[:, None] + np.array([3, -20, 0]), 0, 255).astype(np.uint8)
+    assert fused._offsets(table) == (3, -20, 0)
 
 
 @needs_turbo

@@ -220,9 +220,10 @@ class _Plan:
         elif self.resize[2] == cv2.INTER_LINEAR:
             nh, nw, _ = self.resize
             d = _jpeg.dct_scale((win[3], win[2]), (nh, nw)) if scale else 1
-            part, ax, ay, half = _kernel_plan(win, (nh, nw), tuple(self.post), d)
-            src = _decode(data, part, d, color, strict)
-            return _kernel(src, tuple(self.post), ax, ay, half, self.fh, self.fv, self.lut)
+            post = tuple(self.post)  # type: ignore[arg-type]
+            part, ax, ay, half = _kernel_plan(win, (nh, nw), post, d)
+            return _decode_resize(data, part, d, color, strict, post, (ax, ay, half),
+                                  self.fh, self.fv, self.lut)
         else:  # the same cv2.resize call as the decode-then-augment path, on the window
             nh, nw, interp = self.resize
             img = fn.resize(_decode(data, win, 1, color, strict), nh, nw, interp)
@@ -242,6 +243,31 @@ def _decode(data: Any, win: tuple[int, ...], d: int, color: str, strict: bool) -
     out = np.empty((h, w) if color == "gray" else (h, w, 3), np.uint8)
     try:
         _jpeg._jpeg.decode(data, out, x, y, w, h, d, _jpeg._COLORS[color], strict)
+    except _jpeg._jpeg.DecodeError as e:
+        raise _jpeg._error(data, e) from None
+    return out
+
+
+def _decode_resize(
+    data: Any,
+    part: tuple[int, ...],
+    d: int,
+    color: str,
+    strict: bool,
+    post: tuple[int, ...],
+    axes: tuple[Any, Any, bool],
+    flip_h: bool,
+    flip_v: bool,
+    lut: np.ndarray | None,
+) -> np.ndarray:
+    """Decode ``part`` of the 1/d scaled image and resize it into a new ``post``-sized array,
+    in one call without the GIL (the decoded rows are never copied)."""
+    out = np.empty((post[3], post[2]) if color == "gray" else (post[3], post[2], 3), np.uint8)
+    add = None if lut is None else _offsets(lut)
+    ax, ay, half = axes
+    try:
+        _jpeg._jpeg.decode_resize(data, out, *part, d, _jpeg._COLORS[color], strict, ax, ay,
+                                  flip_h, flip_v, None if add else lut, add, half)
     except _jpeg._jpeg.DecodeError as e:
         raise _jpeg._error(data, e) from None
     return out
@@ -281,10 +307,25 @@ def _kernel_plan(
     return (x0, y0, width, height), ax, ay, half
 
 
+_ARANGE = np.arange(256)
+
+
+def _offsets(lut: np.ndarray) -> tuple[int, ...] | None:
+    """The per-channel offsets k such that ``lut[:, c] == clip(v + k[c], 0, 255)``, if the table
+    is that (brightness, PCA lighting): the kernel then adds them with SIMD instead of looking
+    up every byte."""
+    ks = tuple(int(lut[128, c]) - 128 for c in range(lut.shape[1]))
+    for c, k in enumerate(ks):
+        if not np.array_equal(lut[:, c], np.clip(_ARANGE + k, 0, 255)):
+            return None
+    return ks
+
+
 def _kernel(src: np.ndarray, post: tuple[int, ...], ax: Any, ay: Any, half: bool,
             flip_h: bool = False, flip_v: bool = False, lut: Any = None) -> np.ndarray:
     out = np.empty((post[3], post[2], *src.shape[2:]), np.uint8)
-    _jpeg._jpeg.resize(src, out, ax, ay, flip_h, flip_v, lut, half)
+    add = None if lut is None else _offsets(lut)
+    _jpeg._jpeg.resize(src, out, ax, ay, flip_h, flip_v, None if add else lut, add, half)
     return out
 
 
