@@ -68,7 +68,7 @@ static int plan_axis(const Axis *ax, Py_ssize_t count, Py_ssize_t available, int
     return 0;
 }
 
-#if defined(__GNUC__) && defined(__x86_64__) && defined(__linux__)
+#if defined(__GNUC__) && defined(__x86_64__) && defined(__GLIBC__)
 #define HOT __attribute__((target_clones("avx2", "default")))
 #else
 #define HOT

@@ -205,6 +205,20 @@ def test_images_the_plan_does_not_take_are_decoded_whole_like_cv2():
         imgaug.AugmentorList(build()).augment_jpeg(jpg, color="yuv")
 
 
+def test_without_the_extension_the_fused_path_decodes_whole_images(monkeypatch):
+    monkeypatch.setattr(jpeg, "_jpeg", None)
+    monkeypatch.setattr(jpeg, "_OFF_REASON", "the C extension dataflow._jpeg is not available")
+    monkeypatch.setattr(jpeg, "_logged_off", True)  # logged once per process; tested elsewhere
+    data = make_jpeg(70, 90, seed=4)
+    build = lambda: [imgaug.GoogleNetRandomCropAndResize(target_shape=40),  # noqa: E731
+                     imgaug.Flip(horiz=True), imgaug.Brightness(20)]
+    for _ in range(3):
+        ref_augs, augs = twins(build)
+        np.testing.assert_array_equal(augs.augment_jpeg(data), ref_augs.augment(imdecode(data)))
+    flow = AugmentImageComponent(DataFromList([[data]], shuffle=False), build(), decode="jpeg")
+    assert next(iter(flow))[0].shape == (40, 40, 3)
+
+
 def test_samples_from_shape_is_declared_and_not_inherited_by_overrides():
     for cls in (imgaug.RandomCrop, imgaug.CenterCrop, imgaug.GoogleNetRandomCropAndResize,
                 imgaug.RandomCropRandomShape, imgaug.Resize, imgaug.ResizeShortestEdge,
