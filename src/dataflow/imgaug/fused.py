@@ -139,8 +139,9 @@ _RAMP = {c: np.ascontiguousarray(np.broadcast_to(np.arange(256, dtype=np.uint8)[
                                                  (256, 1, c))) for c in (1, 3)}
 
 
-def _lookup_table(t: BaseTransform, aug: Any, channels: int) -> np.ndarray | None:
-    """The (256, channels) uint8 table of a pointwise transform: from the augmentor's
+def _lookup_table(t: BaseTransform, aug: Any, channels: int) -> Any:
+    """What a pointwise transform does to uint8 values: per-channel offsets (a tuple, added with
+    saturation) or a (256, channels) uint8 table; from the augmentor's
     ``_table(params, channels)`` where it has one, else the transform's output on a ramp."""
     params = getattr(getattr(t, "func", None), "params", None)
     if params is not None and hasattr(aug, "_table"):
@@ -168,7 +169,7 @@ class _Plan:
         self.resize: tuple[int, int, int] | None = None  # new_h, new_w, interp
         self.post: list[int] | None = None  # x, y, w, h in the resized frame
         self.fh = self.fv = False
-        self.lut: np.ndarray | None = None  # (256, channels), applied to the output
+        self.lut: Any = None  # offsets (a tuple) or a (256, channels) table, for the output
         self.channels = channels
 
     def push(self, tfms: list[BaseTransform], pointwise: dict[int, Any]) -> int:
@@ -185,8 +186,11 @@ class _Plan:
                 table = _lookup_table(t, pointwise[i], self.channels)
                 if table is None:
                     return i
-                k = np.arange(self.channels)
-                self.lut = table if self.lut is None else table[self.lut, k]
+                if self.lut is None:
+                    self.lut = table
+                else:  # two in a row: one table (saturation does not let offsets add up)
+                    k = np.arange(self.channels)
+                    self.lut = _as_table(table)[_as_table(self.lut), k]
             elif isinstance(t, CropTransform):
                 if t.y0 + t.h > cur_h or t.x0 + t.w > cur_w:
                     return i  # raises its usual error when applied
@@ -258,12 +262,12 @@ def _decode_resize(
     axes: tuple[Any, Any, bool],
     flip_h: bool,
     flip_v: bool,
-    lut: np.ndarray | None,
+    lut: Any,
 ) -> np.ndarray:
     """Decode ``part`` of the 1/d scaled image and resize it into a new ``post``-sized array,
     in one call without the GIL (the decoded rows are never copied)."""
     out = np.empty((post[3], post[2]) if color == "gray" else (post[3], post[2], 3), np.uint8)
-    add = None if lut is None else _offsets(lut)
+    add = lut if isinstance(lut, tuple) else (None if lut is None else _offsets(lut))
     ax, ay, half = axes
     try:
         _jpeg._jpeg.decode_resize(data, out, *part, d, _jpeg._COLORS[color], strict, ax, ay,
@@ -321,10 +325,16 @@ def _offsets(lut: np.ndarray) -> tuple[int, ...] | None:
     return ks
 
 
+def _as_table(lut: Any) -> np.ndarray:
+    if isinstance(lut, tuple):
+        return np.clip(_ARANGE[:, None] + np.array(lut), 0, 255).astype(np.uint8)
+    return lut
+
+
 def _kernel(src: np.ndarray, post: tuple[int, ...], ax: Any, ay: Any, half: bool,
             flip_h: bool = False, flip_v: bool = False, lut: Any = None) -> np.ndarray:
     out = np.empty((post[3], post[2], *src.shape[2:]), np.uint8)
-    add = None if lut is None else _offsets(lut)
+    add = lut if isinstance(lut, tuple) else (None if lut is None else _offsets(lut))
     _jpeg._jpeg.resize(src, out, ax, ay, flip_h, flip_v, None if add else lut, add, half)
     return out
 

@@ -86,10 +86,10 @@ class Brightness(PhotometricAugmentor):
         return fn.add_scalar(img, v, self.clip)
 
     @staticmethod
-    def _table(v: float, channels: int) -> np.ndarray:
-        """What ``_augment(img, v)`` does to a uint8 image, as a (256, channels) table."""
-        row = np.clip(np.arange(256) + round(v), 0, 255).astype(np.uint8)
-        return np.repeat(row[:, None], channels, axis=1)
+    def _table(v: float, channels: int) -> tuple[int, ...]:
+        """What ``_augment(img, v)`` does to a uint8 image: add ``round(v)`` to every channel,
+        saturated (as offsets per channel)."""
+        return (round(float(v)),) * channels
 
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         # the hot path of most pipelines: a C-level partial instead of two Python frames
@@ -258,12 +258,16 @@ class Lighting(PhotometricAugmentor):
         return fn.lighting(img, inc, self.clip)
 
     @staticmethod
-    def _table(inc: np.ndarray, channels: int) -> np.ndarray | None:
-        """What ``_augment(img, inc)`` does to a uint8 3-channel image, as a (256, 3) table
-        (``fn.lighting``'s uint8 result is the float32 sum, rounded and saturated)."""
+    def _table(inc: np.ndarray, channels: int) -> Any:
+        """What ``_augment(img, inc)`` does to a uint8 3-channel image (``fn.lighting``'s uint8
+        result is the float32 sum, rounded and saturated): away from a tie, the offsets
+        ``rint(inc)``; near one, the (256, 3) table."""
         if channels != 3:
             return None  # applied as usual, where it raises its own error
-        table = np.arange(256, dtype=np.float32)[:, None] + np.asarray(inc, np.float32)
+        inc32 = np.asarray(inc, np.float32)
+        if (np.abs(inc32 - np.floor(inc32) - 0.5) > 1e-3).all():  # fn.lighting's own test
+            return tuple(int(k) for k in np.rint(inc32))
+        table = np.arange(256, dtype=np.float32)[:, None] + inc32
         return np.clip(np.rint(table), 0, 255).astype(np.uint8)
 
 
