@@ -60,7 +60,7 @@ setup(
             "dataflow._jpeg",
             sources=["src/dataflow/_jpegmodule.c", "src/dataflow/_jpegresize.c"],
             depends=["src/dataflow/_jpeg.h"],
-            libraries=["jpeg", "m"],
+            libraries=["jpeg", "m", "pthread"],
             extra_compile_args=["-O3"],
         )
     ],

@@ -26,6 +26,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -173,12 +174,49 @@ typedef struct {
     Py_ssize_t row_stride;
     JDIMENSION x, y, w, h;
     int denom, color, strict;
-    /* without `out`: the malloc'ed rows as libjpeg decodes them (wide_w columns, of which the
-       window starts at column `skip`), for the caller to free */
+    /* without `out`: the rows as libjpeg decodes them (wide_w columns, of which the window
+       starts at column `skip`), in the calling thread's buffer (see thread_rows) */
     unsigned char *wide;
     JDIMENSION wide_w, skip;
     char message[MESSAGE_MAX];
 } DecodeJob;
+
+/* The decoded rows of decode_resize live in a buffer that each thread keeps for its next
+   call (grown as needed, freed when the thread ends): a fresh allocation of this size would be
+   mapped from the OS and page-faulted in at every image. */
+static pthread_key_t rows_key;
+
+typedef struct {
+    unsigned char *buf;
+    size_t size;
+} RowsBuffer;
+
+static void free_rows(void *p) {
+    RowsBuffer *rb = (RowsBuffer *)p;
+    free(rb->buf);
+    free(rb);
+}
+
+/* A buffer of at least `size` bytes for this thread, or NULL (out of memory). */
+static unsigned char *thread_rows(size_t size) {
+    RowsBuffer *rb = (RowsBuffer *)pthread_getspecific(rows_key);
+    if (rb == NULL) {
+        rb = (RowsBuffer *)calloc(1, sizeof(RowsBuffer));
+        if (rb == NULL || pthread_setspecific(rows_key, rb) != 0) {
+            free(rb);
+            return NULL;
+        }
+    }
+    if (rb->size < size) {
+        unsigned char *grown = (unsigned char *)realloc(rb->buf, size);
+        if (grown == NULL) {
+            return NULL;
+        }
+        rb->buf = grown;
+        rb->size = size;
+    }
+    return rb->buf;
+}
 
 /* True if an end-of-image marker (FF D9) lies in [begin, end): entropy-coded data stuffs every
    FF byte with a 00, so FF D9 there can only be a marker. Searched backwards: it is normally
@@ -205,8 +243,7 @@ static int run_decode(DecodeJob *job) {
     if (setjmp(err.jump)) {
         memcpy(job->message, err.message, MESSAGE_MAX);
         free(scratch);
-        free(job->wide);
-        job->wide = NULL;
+        job->wide = NULL; /* the thread's buffer, kept */
         jpeg_destroy_decompress(&cinfo);
         return -1;
     }
@@ -257,7 +294,7 @@ static int run_decode(DecodeJob *job) {
     }
     skip = job->x - xoff;
     if (job->out == NULL) { /* no copy: the caller reads the window from the decoded rows */
-        job->wide = (unsigned char *)malloc((size_t)cw * nc * job->h);
+        job->wide = thread_rows((size_t)cw * nc * job->h);
         if (job->wide == NULL) {
             snprintf(err.message, MESSAGE_MAX, "out of memory");
             longjmp(err.jump, 1);
@@ -414,7 +451,6 @@ static PyObject *jpeg_decode_resize(PyObject *self, PyObject *args) {
         rj.src_w = job.wide_w;
         rj.ax.origin -= job.skip;
         rc2 = run_resize(&rj);
-        free(job.wide);
     }
     Py_END_ALLOW_THREADS
     if (rj.lut != NULL) {
@@ -457,6 +493,11 @@ PyMODINIT_FUNC PyInit__jpeg(void) {
         return NULL;
     }
     resize_init();
+    if (pthread_key_create(&rows_key, free_rows) != 0) {
+        Py_DECREF(m);
+        PyErr_SetString(PyExc_OSError, "pthread_key_create failed");
+        return NULL;
+    }
     DecodeError = PyErr_NewException("dataflow._jpeg.DecodeError", PyExc_ValueError, NULL);
     if (DecodeError == NULL || PyModule_AddObjectRef(m, "DecodeError", DecodeError) < 0) {
         Py_DECREF(m);

@@ -2,10 +2,11 @@
 
 :meth:`AugmentorList.augment_jpeg <dataflow.imgaug.AugmentorList.augment_jpeg>` takes encoded
 bytes. The leading augmentors that declare ``samples_from_shape`` (their ``get_transform`` reads
-only the image's shape: the crops, resizes and flips) sample their transforms, through their
-usual ``rng`` and ``get_transform``, from a zero-strided dummy image of the shape in the JPEG
-header, so a seed draws the same parameters as decoding first and augmenting after. Their
-crops, first resize and flips are then composed into one plan:
+only the image's shape: the crops, resizes and flips, and the pointwise colour augmentors) sample
+their transforms, through their usual ``rng`` and ``get_transform``, from a zero-strided dummy
+image of the shape in the JPEG header, so a seed draws the same parameters as decoding first and
+augmenting after. Their crops, first resize, flips and pointwise transforms are then composed
+into one plan:
 
 * a window of the source image (the crops before the resize): only this window is decoded;
 * the resize, and the crops after it: the resized window is computed straight from the decoded
@@ -13,17 +14,20 @@ crops, first resize and flips are then composed into one plan:
   resamples only the pixels the crop keeps); where the window is at least twice the output size
   (``scale=True``), libjpeg-turbo decodes it at 1/2, 1/4 or 1/8 scale inside the inverse DCT and
   the resize starts from there;
-* the flips, applied to the output.
+* the flips, and the transforms of the ``pointwise`` augmentors after the resize (brightness,
+  gamma, PCA lighting: per-channel offsets or one lookup table per channel), applied by the
+  resize kernel as it stores each output row.
 
-The rest of the chain (the transforms the plan does not cover, then the remaining augmentors)
-runs on the decoded result as usual.
+For a bilinear resize, decoding and resizing are one call to the C extension, without the GIL;
+the decoded rows are read in place. The rest of the chain (the transforms the plan does not
+cover, then the remaining augmentors) runs on the result as usual.
 
 Tolerance against ``cv2.imdecode`` followed by the same augmentors (docs/jpeg.md):
 
 * at scale 1 (``scale=False``, or a window less than twice the output): the same pixels (max
   difference 0). The window is decoded exactly as in a full decode (libjpeg-turbo, default
-  settings, as OpenCV's), and resized either by the same ``cv2.resize`` call or, for a crop after
-  the resize, by a C kernel that computes cv2.resize's bilinear weights and rounding to the bit;
+  settings, as OpenCV's), and resized by a C kernel that computes cv2.resize's bilinear weights,
+  clamping and rounding to the bit (other interpolations: the same ``cv2.resize`` call);
 * DCT-scaled (``scale=True``, a window at least twice the output): the resize filters the image
   (the scaled inverse DCT averages each 2x2, 4x4 or 8x8 block) where
   ``cv2.resize(INTER_LINEAR)`` samples 2x2 pixels of the full image, so detail finer than the
