@@ -20,9 +20,10 @@ $(STAMP): pyproject.toml setup.py src/dataflow/_jpegmodule.c src/dataflow/_jpegr
 	touch $(STAMP)
 
 # Best effort, never fatal: without the headers the build falls back (and `make test` says so).
+# libjpeg-dev is libjpeg-turbo on Debian (libjpeg62-turbo-dev) and Ubuntu (libjpeg-turbo8-dev).
 jpeg-build-deps:
 	@pkgs=""; \
-	[ -f /usr/include/jpeglib.h ] || pkgs="$$pkgs libjpeg62-turbo-dev"; \
+	[ -f /usr/include/jpeglib.h ] || pkgs="$$pkgs libjpeg-dev"; \
 	command -v cc >/dev/null 2>&1 || pkgs="$$pkgs gcc"; \
 	$(PYTHON) -c "import os, sys, sysconfig; \
 	sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
