@@ -78,58 +78,93 @@ static int plan_axis(const Axis *ax, Py_ssize_t count, Py_ssize_t available, int
 #include <immintrin.h>
 #define HAVE_SSSE3_PATH 1
 
-/* The 3-channel horizontal pass with SSSE3: one 8-byte load holds a pixel and the next one,
-   a shuffle pairs their channels, one multiply-add of 16-bit pairs gives the three sums. The
-   next pixel is read even where cv2 uses only one (its weight is then 0), so a pixel whose 8
-   bytes would pass the end of the row is left to the scalar code; row needs one spare short at
-   its end. Returns how many pixels it did not do (they are at the end or, mirrored, the
-   start). */
+/* The 3-channel horizontal pass with SIMD, for the pixels [lo, hi) whose 8 bytes from their
+   first source pixel lie inside the row: one 8-byte load holds the pixel and the next one, a
+   shuffle pairs their channels, one multiply-add of 16-bit pairs (weights packed as
+   a0 | a1 << 16) gives the three sums. The next pixel is read even where cv2 uses only one (its
+   weight is then 0). Each store writes one short past the pixel, which the next pixel's store
+   (or the row's spare short) absorbs. `off` holds the byte offsets 3 * x0. */
 __attribute__((target("ssse3"))) static void horizontal3_ssse3(const unsigned char *src,
-                                                                 Py_ssize_t width,
-                                                                 Py_ssize_t count,
-                                                                 const int *x0, const int *x1,
-                                                                 const short *a0,
-                                                                 const short *a1, short *row) {
+                                                                 Py_ssize_t lo, Py_ssize_t hi,
+                                                                 const int *off,
+                                                                 const int *wpair, short *row) {
     const __m128i pairs = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
     Py_ssize_t i;
-    for (i = 0; i < count; i++) {
-        if (3 * (Py_ssize_t)x0[i] + 8 <= 3 * width) {
-            __m128i v = _mm_loadl_epi64((const __m128i *)(src + 3 * (Py_ssize_t)x0[i]));
-            __m128i w = _mm_set1_epi32((int)(unsigned short)a0[i] | ((int)a1[i] << 16));
-            __m128i d = _mm_srai_epi32(_mm_madd_epi16(_mm_shuffle_epi8(v, pairs), w), 4);
-            _mm_storel_epi64((__m128i *)(row + 3 * i), _mm_packs_epi32(d, d));
-        } else {
-            const unsigned char *p = src + 3 * x0[i], *q = src + 3 * x1[i];
-            int b0 = a0[i], b1 = a1[i];
-            row[3 * i] = (short)((p[0] * b0 + q[0] * b1) >> 4);
-            row[3 * i + 1] = (short)((p[1] * b0 + q[1] * b1) >> 4);
-            row[3 * i + 2] = (short)((p[2] * b0 + q[2] * b1) >> 4);
-        }
+    for (i = lo; i < hi; i++) {
+        __m128i v = _mm_loadl_epi64((const __m128i *)(src + off[i]));
+        __m128i d = _mm_madd_epi16(_mm_shuffle_epi8(v, pairs), _mm_set1_epi32(wpair[i]));
+        d = _mm_srai_epi32(d, 4);
+        _mm_storel_epi64((__m128i *)(row + 3 * i), _mm_packs_epi32(d, d));
     }
+}
+
+/* The same, two pixels per 256-bit multiply-add (AVX2). */
+__attribute__((target("avx2"))) static void horizontal3_avx2(const unsigned char *src,
+                                                               Py_ssize_t lo, Py_ssize_t hi,
+                                                               const int *off, const int *wpair,
+                                                               short *row) {
+    const __m256i pairs = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1,
+                                           -1, 0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1,
+                                           -1, -1);
+    Py_ssize_t i = lo;
+    for (; i + 2 <= hi; i += 2) {
+        __m128i a = _mm_loadl_epi64((const __m128i *)(src + off[i]));
+        __m128i b = _mm_loadl_epi64((const __m128i *)(src + off[i + 1]));
+        __m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(a), b, 1);
+        __m256i w = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi32(wpair[i])),
+                                            _mm_set1_epi32(wpair[i + 1]), 1);
+        __m256i d = _mm256_srai_epi32(_mm256_madd_epi16(_mm256_shuffle_epi8(v, pairs), w), 4);
+        d = _mm256_packs_epi32(d, d);
+        _mm_storel_epi64((__m128i *)(row + 3 * i), _mm256_castsi256_si128(d));
+        _mm_storel_epi64((__m128i *)(row + 3 * i + 3), _mm256_extracti128_si256(d, 1));
+    }
+    horizontal3_ssse3(src, i, hi, off, wpair, row);
 }
 #endif
 
+static int simd = 0; /* 1: the CPU runs SSSE3, 2: AVX2 too (checked once, see resize_init) */
+
+/* The x plan in the form the SIMD pass reads: byte offsets, packed weights, and the range of
+   pixels whose 8-byte load stays inside the row (x0 is monotonic, so the others are at the
+   ends). */
+typedef struct {
+    int *off, *wpair;
+    Py_ssize_t lo, hi;
+} Packed;
+
 /* One source row, resampled horizontally into `row`: 2048 times the value, shifted right by 4
    as cv2 does before the vertical blend (so it fits 16 bits). */
-static int simd = 0; /* the CPU runs SSSE3 (checked once, see resize_init) */
-
-HOT static void horizontal(const unsigned char *src, Py_ssize_t width, int cn, Py_ssize_t count,
-                           const int *x0, const int *x1, const short *a0, const short *a1,
+HOT static void horizontal(const unsigned char *src, int cn, Py_ssize_t count, const int *x0,
+                           const int *x1, const short *a0, const short *a1, const Packed *pk,
                            short *row) {
     Py_ssize_t i;
     int k;
     if (cn == 3) {
-        i = 0;
+        Py_ssize_t lo = 0, hi = 0;
 #ifdef HAVE_SSSE3_PATH
-        if (simd) {
-            horizontal3_ssse3(src, width, count, x0, x1, a0, a1, row);
-            return;
+        if (pk != NULL) {
+            lo = pk->lo;
+            hi = pk->hi;
+            if (simd >= 2) {
+                horizontal3_avx2(src, lo, hi, pk->off, pk->wpair, row);
+            } else {
+                horizontal3_ssse3(src, lo, hi, pk->off, pk->wpair, row);
+            }
         }
 #endif
-        for (; i < count; i++) {
-            const unsigned char *p = src + 3 * x0[i], *q = src + 3 * x1[i];
-            int b0 = a0[i], b1 = a1[i];
-            short *d = row + 3 * i;
+        for (i = 0; i < count; i++) {
+            const unsigned char *p, *q;
+            int b0, b1;
+            short *d;
+            if (i == lo && hi > lo) { /* done by the SIMD pass */
+                i = hi - 1;
+                continue;
+            }
+            p = src + 3 * x0[i];
+            q = src + 3 * x1[i];
+            b0 = a0[i];
+            b1 = a1[i];
+            d = row + 3 * i;
             d[0] = (short)((p[0] * b0 + q[0] * b1) >> 4);
             d[1] = (short)((p[1] * b0 + q[1] * b1) >> 4);
             d[2] = (short)((p[2] * b0 + q[2] * b1) >> 4);
@@ -143,7 +178,6 @@ HOT static void horizontal(const unsigned char *src, Py_ssize_t width, int cn, P
         }
     }
 }
-
 
 static void store(const ResizeJob *job, Py_ssize_t y, Py_ssize_t x, int k, int v) {
     unsigned char *d = job->dst + (job->flip_v ? job->out_h - 1 - y : y) * job->dst_stride +
@@ -263,6 +297,8 @@ int run_resize(const ResizeJob *job) {
     int cn = job->cn, j, rc = 0;
     int *x0 = NULL, *x1 = NULL, *y0 = NULL, *y1 = NULL;
     short *rows = NULL;
+    int *off = NULL, *wpair = NULL;
+    Packed pk;
     short *a0 = NULL, *a1 = NULL, *b0 = NULL, *b1 = NULL;
     Py_ssize_t cached[2] = {-1, -1};
 
@@ -298,6 +334,30 @@ int run_resize(const ResizeJob *job) {
             u = a1[i], a1[i] = a1[n - 1 - i], a1[n - 1 - i] = u;
         }
     }
+    if (cn == 3 && simd) {
+        Py_ssize_t i;
+        off = malloc(n * sizeof(int));
+        wpair = malloc(n * sizeof(int));
+        if (!off || !wpair) {
+            rc = -2;
+            goto done;
+        }
+        pk.off = off;
+        pk.wpair = wpair;
+        pk.lo = 0;
+        pk.hi = 0;
+        for (i = 0; i < n; i++) {
+            off[i] = 3 * x0[i];
+            wpair[i] = (int)(unsigned short)a0[i] | ((int)a1[i] << 16);
+            /* the 8-byte loads that stay in the row: one run, as x0 is monotonic */
+            if (3 * (Py_ssize_t)x0[i] + 8 <= 3 * job->src_w) {
+                if (pk.hi == pk.lo) {
+                    pk.lo = i;
+                }
+                pk.hi = i + 1;
+            }
+        }
+    }
     for (y = 0; y < m; y++) {
         Py_ssize_t want[2];
         const short *r[2];
@@ -316,8 +376,8 @@ int run_resize(const ResizeJob *job) {
                 } else {
                     slot = r[0] == rows ? 1 : 0; /* slot 0 starts at rows */
                 }
-                horizontal(job->src + want[j] * job->src_stride, job->src_w, cn, n, x0, x1, a0,
-                           a1, rows + slot * (n * cn + 4));
+                horizontal(job->src + want[j] * job->src_stride, cn, n, x0, x1, a0, a1,
+                           off != NULL ? &pk : NULL, rows + slot * (n * cn + 4));
                 cached[slot] = want[j];
             }
             r[j] = rows + slot * (n * cn + 4);
@@ -334,6 +394,8 @@ done:
     free(b0);
     free(b1);
     free(rows);
+    free(off);
+    free(wpair);
     return rc;
 }
 
@@ -461,6 +523,6 @@ PyObject *jpeg_resize(PyObject *self, PyObject *args) {
 void resize_init(void) {
 #ifdef HAVE_SSSE3_PATH
     __builtin_cpu_init();
-    simd = __builtin_cpu_supports("ssse3");
+    simd = __builtin_cpu_supports("ssse3") ? (__builtin_cpu_supports("avx2") ? 2 : 1) : 0;
 #endif
 }
