@@ -15,6 +15,7 @@ from dataflow.errors import (
     DataFlowError,
     DataFlowReentrantError,
     DataFlowTerminated,
+    ImageDecodeError,
     UnknownLengthError,
     WorkerError,
 )
@@ -120,6 +121,7 @@ __all__ = [
     "FixedSizeData",
     "HDF5Data",
     "HDF5Serializer",
+    "ImageDecodeError",
     "ImageFromFile",
     "JoinData",
     "LMDBData",
