@@ -3,7 +3,10 @@
 #                 TensorFlow, PyTorch, Ray or JAX) and the demo pipeline: a TestDataSpeed report
 #                 and a per-stage profile
 #   make test  -- everything in .venv (every extra, TensorFlow included, and the test group),
-#                 then ruff and the test suite
+#                 then ruff, mypy and the test suite
+# Both installs build the C extension dataflow._jpeg (the libjpeg-turbo region decoder) in
+# place; run as root on Debian/Ubuntu, they first install the compiler and headers it needs if
+# they are missing (see jpeg-build-deps below). `make test` then checks that it was built.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,26 +14,47 @@ STAMP := $(VENV)/.installed
 DEMO_VENV ?= .venv-demo
 DEMO_PY := $(DEMO_VENV)/bin/python
 DEMO_STAMP := $(DEMO_VENV)/.installed
+JPEG_SOURCES := setup.py src/dataflow/_jpegmodule.c src/dataflow/_jpegresize.c \
+	src/dataflow/_jpeg.h
 
-.PHONY: demo test lint clean
+.PHONY: demo test lint clean jpeg-build-deps
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(JPEG_SOURCES)
+	$(MAKE) --no-print-directory jpeg-build-deps
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade "pip>=25.1"
 	$(PY) -m pip install --quiet -e ".[all]" --group test
 	touch $(STAMP)
 
-$(DEMO_STAMP): pyproject.toml
+$(DEMO_STAMP): pyproject.toml $(JPEG_SOURCES)
+	$(MAKE) --no-print-directory jpeg-build-deps
 	$(PYTHON) -m venv $(DEMO_VENV)
 	$(DEMO_PY) -m pip install --quiet --disable-pip-version-check -e ".[lmdb,imgaug]"
 	touch $(DEMO_STAMP)
 
+# Best effort, never fatal: without the headers the build falls back (and `make test` says so).
+# libjpeg-dev is libjpeg-turbo on Debian (libjpeg62-turbo-dev) and Ubuntu (libjpeg-turbo8-dev).
+jpeg-build-deps:
+	@pkgs=""; \
+	[ -f /usr/include/jpeglib.h ] || pkgs="$$pkgs libjpeg-dev"; \
+	command -v cc >/dev/null 2>&1 || pkgs="$$pkgs gcc"; \
+	$(PYTHON) -c "import os, sys, sysconfig; \
+	sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')))" \
+	  || pkgs="$$pkgs python3-dev"; \
+	if [ -n "$$pkgs" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing$$pkgs for the JPEG fast path"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$pkgs) \
+	    >/dev/null 2>&1 || echo "apt-get could not install$$pkgs; the JPEG fast path may be off"; \
+	fi
+
 demo: $(DEMO_STAMP)
 	$(DEMO_PY) -m dataflow demo
 
+# DATAFLOW_EXPECT_JPEG_EXT: tests/test_jpeg.py fails if dataflow._jpeg did not build
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
-	$(PY) -m pytest -q
+	$(VENV)/bin/mypy src
+	DATAFLOW_EXPECT_JPEG_EXT=1 $(PY) -m pytest -q
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) build src/*.egg-info
+	rm -rf $(VENV) $(DEMO_VENV) build src/*.egg-info src/dataflow/_jpeg*.so

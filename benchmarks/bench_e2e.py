@@ -16,11 +16,22 @@ over the machine's cores. Each implementation runs in its own subprocess:
   torch          torch.utils.data.DataLoader, 2 workers, the same cv2/NumPy work per image
   tfdata-py      tf.data with tf.py_function doing the same work, AUTOTUNE
   tfdata-native  tf.data with tf.io.decode_jpeg and tf.image ops, AUTOTUNE
+  tfdata-roi     tf.data's region recipe: extract_jpeg_shape + sample_distorted_bounding_box +
+                 decode_and_crop_jpeg, then the same tf.image ops, AUTOTUNE
+  fused-threads  the fused path: MultiThreadMapData(AugmentorList.augment_jpeg) -> BatchData: the
+                 crop window is sampled from the JPEG header and only it is decoded (at 1/2,
+                 1/4 or 1/8 scale where it is at least twice 224), then resized, flipped, lit
+  fused-procs    the same in MultiProcessMapDataZMQ -> BatchData
   decode-limit   cv2.imdecode alone on every core, no pipeline: the faster of a process Pool
                  (decode-limit-procs) and a thread pool (decode-limit-threads) in the same run
-  cost-split     one core, no pipeline: milliseconds per image to decode, and to decode and
-                 augment; from them, the share of the decode-limit that a pipeline with no
-                 overhead at all would reach with this augmentation
+  cost-split     one core, no pipeline: milliseconds per image to decode, to decode and
+                 augment, to decode only the crop window (at the fused path's scale), and to
+                 run the fused path; from them, the ratios that pipelines with no overhead at
+                 all would reach: the ceiling of the technique on this machine
+
+``--size 2048x1536`` (or 1024x768) runs the same pipelines on larger generated JPEGs (the same
+generator, so the same ~3 bits per pixel), where the DCT scaling applies; fewer images are
+generated (``--images``) and the shuffle buffer holds at most half of them.
 
 Peers that are not installed are skipped with a note. PyTorch (CPU): `pip install torch==2.13.0`
 into .venv; tensorpack: see benchmarks/_common.py.
@@ -43,27 +54,31 @@ EIGVAL = [0.2175 * 255, 0.0188 * 255, 0.0045 * 255]
 EIGVEC = [[-0.5675, 0.7192, 0.4009], [-0.5808, -0.0045, -0.8140], [-0.5836, -0.6948, 0.4203]]
 LIMITS = ["decode-limit-procs", "decode-limit-threads"]
 OURS = ["ours-threads", "ours-mapbatch", "ours-default"]
-IMPLS = [*LIMITS, "cost-split", *OURS, "tensorpack", "torch", "tfdata-py", "tfdata-native"]
+FUSED = ["fused-threads", "fused-procs"]
+IMPLS = [*LIMITS, "cost-split", *FUSED, *OURS, "tensorpack", "torch", "tfdata-py",
+         "tfdata-native", "tfdata-roi"]
+SIZE = (500, 375)  # width, height of the generated JPEGs (--size)
 
 
-def lmdb_path(n: int) -> Path:
-    return DATA_DIR / f"jpeg{n}.lmdb"
+def lmdb_path(n: int, size: tuple[int, int] = (500, 375)) -> Path:
+    suffix = "" if size == (500, 375) else f"_{size[0]}x{size[1]}"
+    return DATA_DIR / f"jpeg{n}{suffix}.lmdb"
 
 
-def make_data(n: int) -> Path:
-    """Generate ``n`` JPEGs into an LMDB (once; reused by later runs)."""
+def make_data(n: int, size: tuple[int, int] = (500, 375)) -> Path:
+    """Generate ``n`` JPEGs of ``size`` (w, h) into an LMDB (once; reused by later runs)."""
     import cv2
     import numpy as np
 
     import dataflow as df
     from dataflow.serialize import LMDBSerializer
 
-    path = lmdb_path(n)
+    path = lmdb_path(n, size)
     if path.exists():
         return path
     DATA_DIR.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
-    yy, xx = np.mgrid[0:375, 0:500].astype(np.float32)
+    yy, xx = np.mgrid[0 : size[1], 0 : size[0]].astype(np.float32)
 
     def gen():
         for i in range(n):
@@ -101,6 +116,23 @@ class DecodeAugment:
         return [img, dp[1]]
 
 
+class FusedDecodeAugment(DecodeAugment):
+    """The same augmentors, run by ``augment_jpeg`` on the encoded bytes (picklable)."""
+
+    def __call__(self, dp):
+        return [self.augs.augment_jpeg(dp[0]), dp[1]]
+
+
+def _shuffle_buffer(path: Path) -> int:
+    """SHUFFLE_BUFFER, or half the records of a small LMDB of large images."""
+    import lmdb
+
+    env = lmdb.open(str(path), subdir=path.is_dir(), readonly=True, lock=False)
+    n = env.stat()["entries"]
+    env.close()
+    return max(1, min(SHUFFLE_BUFFER, n // 2))
+
+
 def _time_batches(itr, batches: int, warmup: int = 3, warmup_s: float = 1.0) -> float:
     """Images/s over ``batches`` batches, after at least ``warmup`` batches and ``warmup_s``
     seconds (start-up: workers starting, queues filling, first checkpoints)."""
@@ -127,11 +159,11 @@ def run_dataflow_like(impl: str, path: Path, batches: int, nproc: int) -> float:
         from dataflow.serialize import LMDBSerializer
         tp.MultiProcessMapAndBatchDataZMQ = MultiProcessMapAndBatchDataZMQ
     ds = LMDBSerializer.load(str(path), shuffle=False)
-    ds = tp.LocallyShuffleData(ds, SHUFFLE_BUFFER)
-    func = DecodeAugment(imgaug)
+    ds = tp.LocallyShuffleData(ds, _shuffle_buffer(path))
+    func = (FusedDecodeAugment if impl in FUSED else DecodeAugment)(imgaug)
     if impl == "ours-mapbatch":
         ds = tp.MultiProcessMapAndBatchDataZMQ(ds, nproc, func, BATCH)
-    elif impl == "ours-threads":
+    elif impl in ("ours-threads", "fused-threads"):
         import cv2
 
         cv2.setNumThreads(1)  # the threads are the parallelism
@@ -228,11 +260,18 @@ def _limit_chunk(task: tuple[bool, bool, list[bytes]]) -> int:
 
 
 def run_cost_split(path: Path, n: int = 400, repeats: int = 3) -> dict:
-    """Per image on one core (best of ``repeats`` alternating passes over ``n`` JPEGs): the
-    decode, and the decode plus the augmentation, in milliseconds. malloc keeps 64 MB spare at
-    the top of the heap, so that neither pays for pages given back to the OS and faulted in
-    again after each image (on this machine that costs up to 0.5 ms per 500x375 image)."""
+    """Per image on one core (best of ``repeats`` alternating passes over ``n`` JPEGs), in
+    milliseconds: the full decode, the decode plus the augmentation, the region decode alone
+    (the window GoogleNetRandomCropAndResize samples, at the DCT scale the fused path picks, no
+    augmentation) and the fused path (augment_jpeg). malloc keeps 64 MB spare at the top of the
+    heap, so that none pays for pages given back to the OS and faulted in again after each
+    image (on this machine that costs up to 0.5 ms per 500x375 image)."""
     import ctypes
+
+    import numpy as np
+
+    from dataflow import imgaug
+    from dataflow.jpeg import decode_jpeg, jpeg_shape
 
     try:
         ctypes.CDLL("libc.so.6").mallopt(-2, 64 << 20)  # M_TOP_PAD (glibc)
@@ -240,12 +279,38 @@ def run_cost_split(path: Path, n: int = 400, repeats: int = 3) -> dict:
         pass
     _init_limit(True)
     blobs = [it[0] for it in _read_lmdb(path)[:n]]
-    best = {"decode_ms": float("inf"), "decode_augment_ms": float("inf")}
+    fused = FusedDecodeAugment(imgaug)
+    sampler = imgaug.GoogleNetRandomCropAndResize()
+    sampler.rng = np.random.RandomState(0)
+    windows = []
+    for b in blobs:
+        h, w, _ = jpeg_shape(b)
+        first = sampler.get_transform(np.broadcast_to(np.zeros((), np.uint8), (h, w, 3))).tfms[0]
+        if isinstance(first, imgaug.CropTransform):
+            windows.append((b, (first.x0, first.y0, first.w, first.h)))
+        else:  # the fallback branch resizes the whole image first
+            windows.append((b, None))
+
+    def region(items):
+        for b, crop in items:
+            decode_jpeg(b, crop, min_size=224)
+
+    def fused_path(items):
+        for b in items:
+            fused([b, 0])
+
+    steps = {
+        "decode_ms": lambda: _limit_chunk((False, True, blobs)),
+        "decode_augment_ms": lambda: _limit_chunk((True, True, blobs)),
+        "region_decode_ms": lambda: region(windows),
+        "fused_ms": lambda: fused_path(blobs),
+    }
+    best = dict.fromkeys(steps, float("inf"))
     for _ in range(repeats):
-        for key, augment in (("decode_ms", False), ("decode_augment_ms", True)):
+        for key, step in steps.items():
             t0 = time.perf_counter()
-            _limit_chunk((augment, True, blobs))
-            best[key] = min(best[key], 1e3 * (time.perf_counter() - t0) / n)
+            step()
+            best[key] = min(best[key], 1e3 * (time.perf_counter() - t0) / len(blobs))
     return best
 
 
@@ -288,7 +353,7 @@ def run_torch(path: Path, batches: int, nproc: int) -> float:
         del itr
 
 
-def run_tfdata(path: Path, batches: int, nproc: int, native: bool) -> float:
+def run_tfdata(path: Path, batches: int, nproc: int, native: bool, roi: bool = False) -> float:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import numpy as np
     import tensorflow as tf
@@ -300,17 +365,25 @@ def run_tfdata(path: Path, batches: int, nproc: int, native: bool) -> float:
     items = _read_lmdb(path)
     blobs = tf.constant([it[0] for it in items])
     labels = tf.constant([it[1] for it in items], dtype=tf.int32)
-    ds = tf.data.Dataset.from_tensor_slices((blobs, labels)).repeat().shuffle(SHUFFLE_BUFFER)
+    ds = tf.data.Dataset.from_tensor_slices((blobs, labels)).repeat()
+    ds = ds.shuffle(_shuffle_buffer(path))
     eigval = tf.constant(EIGVAL, tf.float32)
     eigvec = tf.constant(EIGVEC, tf.float32)
     if native:
         def aug(b, y):
-            img = tf.io.decode_jpeg(b, channels=3)
+            shape = tf.io.extract_jpeg_shape(b) if roi else None
+            if not roi:
+                img = tf.io.decode_jpeg(b, channels=3)
+                shape = tf.shape(img)
             begin, size, _ = tf.image.sample_distorted_bounding_box(
-                tf.shape(img), tf.zeros([0, 0, 4]), area_range=(0.08, 1.0),
+                shape, tf.zeros([0, 0, 4]), area_range=(0.08, 1.0),
                 aspect_ratio_range=(0.75, 1.333), max_attempts=10,
                 use_image_if_no_bounding_boxes=True)
-            img = tf.slice(img, begin, size)
+            if roi:  # decode only the window
+                window = tf.stack([begin[0], begin[1], size[0], size[1]])
+                img = tf.io.decode_and_crop_jpeg(b, window, channels=3)
+            else:
+                img = tf.slice(img, begin, size)
             img = tf.image.resize(img, (224, 224))
             img = tf.image.random_flip_left_right(img)
             alpha = tf.random.normal([3]) * 0.1 * eigval
@@ -331,8 +404,8 @@ def run_tfdata(path: Path, batches: int, nproc: int, native: bool) -> float:
     return _time_batches(iter(ds), batches)
 
 
-def measure(impl: str, n: int, batches: int) -> dict:
-    path = lmdb_path(n)
+def measure(impl: str, n: int, batches: int, size: tuple[int, int] = SIZE) -> dict:
+    path = lmdb_path(n, size)
     nproc = os.cpu_count() or 2
     if impl == "cost-split":
         return run_cost_split(path)
@@ -340,8 +413,9 @@ def measure(impl: str, n: int, batches: int) -> dict:
         rate = run_limit(path, batches, nproc, augment=False, threads=impl.endswith("threads"))
     elif impl == "torch":
         rate = run_torch(path, batches, nproc)
-    elif impl in ("tfdata-py", "tfdata-native"):
-        rate = run_tfdata(path, batches, nproc, native=impl == "tfdata-native")
+    elif impl.startswith("tfdata"):
+        rate = run_tfdata(path, batches, nproc, native=impl != "tfdata-py",
+                          roi=impl == "tfdata-roi")
     else:
         rate = run_dataflow_like(impl, path, batches, nproc)
     return {"images_per_second": rate}
@@ -362,18 +436,24 @@ def _available(impl: str) -> str | None:
     return None
 
 
+def _ratio(results: dict, a: str, b: str) -> str:
+    return f"{results[a] / results[b]:.2f}x" if a in results and b in results else "n/a"
+
+
 def main() -> None:
     from _common import e2e_parser, markdown_table, run_impl
 
     parser = e2e_parser(__doc__, IMPLS, batches=40, rounds=1)
+    parser.add_argument("--size", default="500x375", help="WxH of the generated JPEGs")
     args = parser.parse_args()
+    size = tuple(int(v) for v in args.size.split("x"))
     if args.impl:
-        print(json.dumps(measure(args.impl, args.images, args.batches)))
+        print(json.dumps(measure(args.impl, args.images, args.batches, size)))
         return
-    make_data(args.images)
+    make_data(args.images, size)
     script = Path(__file__).resolve()
     results: dict[str, float] = {}
-    split = {"decode_ms": float("inf"), "decode_augment_ms": float("inf")}
+    split: dict[str, float] = {}
     notes = []
     impls = []
     for impl in args.only or IMPLS:
@@ -385,9 +465,9 @@ def main() -> None:
     for _ in range(args.rounds):
         for impl in impls:
             res = run_impl(script, impl, "--images", str(args.images), "--batches",
-                           str(args.batches), timeout=900)
+                           str(args.batches), "--size", args.size, timeout=900)
             if impl == "cost-split":
-                split = {k: min(v, res[k]) for k, v in split.items()}
+                split = {k: min(v, split.get(k, v)) for k, v in res.items()}
                 print(f"{impl}: {res}", file=sys.stderr)
                 continue
             rate = res["images_per_second"]
@@ -396,18 +476,32 @@ def main() -> None:
     limits = [results[k] for k in LIMITS if k in results]
     if limits:
         results["decode-limit"] = max(limits)
-    ours = max((results[k] for k in OURS if k in results), default=None)
-    rows = [[impl, f"{rate:,.0f}", f"{rate / ours:.2f}" if ours else "n/a"]
-            for impl, rate in results.items()]
-    print(markdown_table(["pipeline", "images/s", "ratio to ours (the fastest dataflow)"], rows))
-    if "decode-limit" in results and ours:
-        print(f"\ndataflow reaches {100 * ours / results['decode-limit']:.0f}% of the decode-limit")
-    if split["decode_ms"] < float("inf"):
+    for name, group in (("ours", OURS), ("fused", FUSED)):
+        best = [k for k in group if k in results]
+        if best:
+            results[name] = max(results[k] for k in best)
+    rows = [[impl, f"{rate:,.0f}", _ratio(results, impl, "ours"), _ratio(results, impl, "fused")]
+            for impl, rate in results.items() if impl not in ("ours", "fused")]
+    print(f"{args.size} JPEGs, {args.images} in the LMDB\n")
+    print(markdown_table(["pipeline", "images/s", "ratio to ours (today's fastest dataflow)",
+                          "ratio to fused (the fastest fused)"], rows))
+    if "fused" in results:
+        print(f"\nfused / ours (today's fastest): {_ratio(results, 'fused', 'ours')}; "
+              f"fused / decode-limit: {_ratio(results, 'fused', 'decode-limit')}; "
+              f"fused / tfdata-roi: {_ratio(results, 'fused', 'tfdata-roi')}; "
+              f"fused-threads / ours-threads: {_ratio(results, 'fused-threads', 'ours-threads')}")
+    if "decode-limit" in results and "ours" in results:
+        print(f"dataflow (today) reaches {100 * results['ours'] / results['decode-limit']:.0f}% "
+              "of the decode-limit")
+    if split:
         dec, both = split["decode_ms"], split["decode_augment_ms"]
-        print(f"\nOn one core an image takes {dec:.3f} ms to decode and {both:.3f} ms to decode "
-              f"and augment: the augmentation adds {100 * (both - dec) / dec:.0f}% to each image, "
-              f"so a pipeline with no overhead at all would reach {100 * dec / both:.0f}% of the "
-              "decode-limit.")
+        region, fus = split["region_decode_ms"], split["fused_ms"]
+        print(f"\nOne core, per image: full decode {dec:.3f} ms, decode + augment {both:.3f} ms, "
+              f"region decode alone {region:.3f} ms (full / region = {dec / region:.2f}x), "
+              f"fused path {fus:.3f} ms (of which {fus - region:.3f} ms after the region "
+              f"decode; {both - dec:.3f} ms after the full decode). Ceilings of pipelines with "
+              f"no overhead: fused / today = {both / fus:.2f}x, fused / decode-limit = "
+              f"{dec / fus:.2f}x, today / decode-limit = {dec / both:.2f}x.")
     if notes:
         print("\n" + "\n".join(notes))
 

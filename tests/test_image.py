@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from dataflow import imgaug
+from dataflow.errors import ImageDecodeError
 from dataflow.image import (
     AugmentImageComponent,
     AugmentImageComponents,
@@ -80,6 +81,26 @@ def test_image_from_file_errors(tmp_path):
     df = ImageFromFile([str(tmp_path / "missing.png")])
     with pytest.raises(FileNotFoundError, match=r"missing\.png"):
         next(iter(df))
+
+
+def test_image_from_file_undecodable_and_truncated_files_are_decode_errors(tmp_path):
+    garbage = tmp_path / "garbage.jpg"
+    garbage.write_bytes(b"this is not an image")
+    with pytest.raises(ImageDecodeError, match=r"garbage\.jpg' does not decode: .*cv2.imdecode"):
+        next(iter(ImageFromFile([str(garbage)])))
+    noise = np.random.default_rng(0).integers(0, 256, (32, 48, 3), dtype=np.uint8)
+    ok, buf = cv2.imencode(".jpg", noise)
+    assert ok
+    data = buf.tobytes()
+    whole, cut = tmp_path / "whole.jpg", tmp_path / "cut.jpg"
+    whole.write_bytes(data)
+    cut.write_bytes(data[: len(data) // 2])  # OpenCV 4's cv2.imread returned it half grey
+    got = next(iter(ImageFromFile([str(whole)])))[0]
+    np.testing.assert_array_equal(got, cv2.imread(str(whole))[:, :, ::-1])
+    for channel in (3, 1):
+        with pytest.raises(ImageDecodeError, match=r"cut\.jpg' does not decode: .*truncated"):
+            next(iter(ImageFromFile([str(cut)], channel=channel)))
+    assert issubclass(ImageDecodeError, ValueError)
 
 
 def _ds(items):

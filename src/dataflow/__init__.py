@@ -15,6 +15,7 @@ from dataflow.errors import (
     DataFlowError,
     DataFlowReentrantError,
     DataFlowTerminated,
+    ImageDecodeError,
     UnknownLengthError,
     WorkerError,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "FixedSizeData",
     "HDF5Data",
     "HDF5Serializer",
+    "ImageDecodeError",
     "ImageFromFile",
     "JoinData",
     "LMDBData",

@@ -14,6 +14,7 @@ __all__ = [
     "DatasetNotFoundError",
     "DownloadError",
     "ErrorBudgetError",
+    "ImageDecodeError",
     "NoneResultError",
     "ReconstructedError",
     "StateMismatchError",
@@ -36,6 +37,15 @@ class DataFlowTerminated(BaseException):
 
 class DataFlowReentrantError(DataFlowError, RuntimeError):
     """A non-reentrant dataflow was iterated while a previous iteration was still alive."""
+
+
+class ImageDecodeError(DataFlowError, ValueError):
+    """Encoded image data that cannot be decoded: not an image, corrupt or truncated.
+
+    Raised by :func:`dataflow.jpeg.decode_jpeg`, by ``ImageFromFile`` for a file that exists but
+    does not decode, and by the augmentation flows with ``decode="jpeg"``. The message names the
+    size of the data (and the file, where there is one) and libjpeg's or OpenCV's reason.
+    """
 
 
 class UnknownLengthError(NotImplementedError, TypeError):

@@ -15,6 +15,10 @@ Differences from tensorpack, on purpose:
   write into their input) and copies only a result that would share memory with the input
   (a crop view, an unflipped image); user-defined augmentors still get a private copy first.
 
+Fused decode (``decode="jpeg"``): the augmentation flows also take encoded images (JPEG bytes
+from an LMDB, say) and decode only what the leading crops and resizes keep, with the same
+random parameters as decoding first (see :meth:`dataflow.imgaug.AugmentorList.augment_jpeg`).
+
 Resumable: ``ImageFromFile`` saves epoch, position and seed (a restored flow reads
 no file before the position); the augmentation flows save their input's state and the stream of
 every augmentor in the tree, so a restored pipeline draws the same transforms. Not covered:
@@ -33,6 +37,8 @@ import numpy as np
 
 from dataflow import rng as _rng
 from dataflow.base import DataFlow, RNGDataFlow
+from dataflow.errors import ImageDecodeError
+from dataflow.jpeg import decode_jpeg, jpeg_shape
 from dataflow.state import ReaderState, StateMismatchError, check_state, rng_from_state, rng_state
 from dataflow.wrappers.map import MapData, MapDataComponent
 
@@ -41,6 +47,8 @@ __all__ = [
     "AugmentImageComponents",
     "AugmentImageCoordinates",
     "ImageFromFile",
+    "decode_jpeg",
+    "jpeg_shape",
 ]
 
 logger = logging.getLogger(__name__)
@@ -59,7 +67,11 @@ def _cv2() -> Any:
 
 
 class ImageFromFile(ReaderState, RNGDataFlow):
-    """Yields ``[image]`` read from each path of ``files`` with ``cv2.imread``.
+    """Yields ``[image]`` read from each path of ``files`` (decoded as ``cv2.imread`` does).
+
+    A missing file raises FileNotFoundError; a file that exists but does not decode (not an
+    image, corrupt, or a truncated JPEG, which ``cv2.imread`` would return half grey) raises
+    :class:`~dataflow.errors.ImageDecodeError`.
 
     Args:
         files: image paths.
@@ -99,16 +111,22 @@ class ImageFromFile(ReaderState, RNGDataFlow):
         return len(self.files)
 
     def _read(self, path: str) -> np.ndarray:
+        from dataflow.imgaug.fused import decode_image
+
         cv2 = _cv2()
-        flag = cv2.IMREAD_COLOR if self.channel == 3 else cv2.IMREAD_GRAYSCALE
-        img = cv2.imread(str(path), flag)
-        if img is None:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
             raise FileNotFoundError(
-                f"cv2.imread could not read an image from {path!r}: the file is missing, "
-                "unreadable or not an image format OpenCV supports."
-            )
-        if self.channel == 3:
-            img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+                f"ImageFromFile: no file {path!r}; check the path (relative paths are from "
+                f"the working directory)."
+            ) from None
+        try:
+            # strict: a truncated JPEG is an error, not a half-grey image
+            img = decode_image(data, "rgb" if self.channel == 3 else "gray")
+        except ImageDecodeError as e:
+            raise ImageDecodeError(f"ImageFromFile: {path!r} does not decode: {e}") from None
         if self.resize is not None:
             h, w = self.resize
             img = cv2.resize(img, (w, h))
@@ -182,8 +200,19 @@ class _AugmentBase:
     _copy: bool
     _handler: _ExceptionHandler
 
-    def _setup(self, augmentors: Any, copy: bool, catch_exceptions: bool) -> None:
+    def _setup(
+        self, augmentors: Any, copy: bool, catch_exceptions: bool, decode: Any = None,
+        color: str = "bgr",
+    ) -> None:
         imgaug = _imgaug()
+        if decode not in (None, "jpeg"):
+            raise ValueError(
+                f"`decode` must be None (the components hold decoded images) or 'jpeg' (they "
+                f"hold encoded bytes), got {decode!r}."
+            )
+        if color not in ("bgr", "rgb", "gray"):
+            raise ValueError(f"`color` must be 'bgr', 'rgb' or 'gray', got {color!r}.")
+        self.decode, self.color = decode, color
         if isinstance(augmentors, imgaug.AugmentorList):
             self.augs = augmentors
         elif isinstance(augmentors, imgaug.ImageAugmentor):
@@ -214,6 +243,24 @@ class _AugmentBase:
         if self._unalias and np.may_share_memory(out, src):
             return out.copy()
         return out
+
+    @staticmethod
+    def _encoded(data: Any, where: Any) -> Any:
+        if isinstance(data, bytes | bytearray | memoryview) or (
+            isinstance(data, np.ndarray) and data.ndim == 1 and data.dtype == np.uint8
+        ):
+            return data
+        got = f"an array of shape {data.shape}" if isinstance(data, np.ndarray) else (
+            type(data).__name__)
+        raise TypeError(
+            f"dp[{where!r}] must hold an encoded image (bytes or a 1-D uint8 array) with "
+            f"decode='jpeg', got {got}; leave `decode` unset for decoded images."
+        )
+
+    def _decode_augment(self, data: Any, where: Any, transform: bool = False) -> Any:
+        return self.augs.augment_jpeg(
+            self._encoded(data, where), color=self.color, return_transform=transform
+        )
 
     @staticmethod
     def _coords(coords: Any, where: Any) -> np.ndarray:
@@ -272,7 +319,10 @@ class AugmentImageComponent(_AugmentBase, MapDataComponent):
 
     ``copy``: give the augmentors a private copy of the image (skipped for built-in
     augmentors, which never modify their input). ``catch_exceptions``: log and drop the
-    datapoints whose augmentation raises instead of stopping the flow.
+    datapoints whose augmentation raises instead of stopping the flow. ``decode="jpeg"``:
+    ``dp[index]`` holds encoded bytes, decoded (``color``: ``"bgr"`` as ``cv2.imdecode``,
+    ``"rgb"`` or ``"gray"``) only where the leading crops and resizes need it (see
+    :meth:`~dataflow.imgaug.AugmentorList.augment_jpeg`).
     """
 
     def __init__(
@@ -282,11 +332,16 @@ class AugmentImageComponent(_AugmentBase, MapDataComponent):
         index: Any = 0,
         copy: bool = True,
         catch_exceptions: bool = False,
+        *,
+        decode: str | None = None,
+        color: str = "bgr",
     ) -> None:
-        self._setup(augmentors, copy, catch_exceptions)
+        self._setup(augmentors, copy, catch_exceptions, decode, color)
         MapDataComponent.__init__(self, ds, self._mapper, index)
 
     def _augment(self, img: Any) -> np.ndarray:
+        if self.decode:
+            return self._decode_augment(img, self.index)
         return self._result(self.augs.augment(self._image(img, self.index)), img)
 
     def _mapper(self, img: Any) -> Any:
@@ -295,7 +350,8 @@ class AugmentImageComponent(_AugmentBase, MapDataComponent):
 
 class AugmentImageCoordinates(_AugmentBase, MapData):
     """Augment the image at ``dp[img_index]`` and move the ``Nx2`` float ``(x, y)``
-    coordinates at ``dp[coords_index]`` with the same transform."""
+    coordinates at ``dp[coords_index]`` with the same transform (``decode``, ``color``: as in
+    :class:`AugmentImageComponent`; the coordinates move exactly as after a full decode)."""
 
     def __init__(
         self,
@@ -305,17 +361,23 @@ class AugmentImageCoordinates(_AugmentBase, MapData):
         coords_index: Any = 1,
         copy: bool = True,
         catch_exceptions: bool = False,
+        *,
+        decode: str | None = None,
+        color: str = "bgr",
     ) -> None:
-        self._setup(augmentors, copy, catch_exceptions)
+        self._setup(augmentors, copy, catch_exceptions, decode, color)
         self.img_index, self.coords_index = img_index, coords_index
         MapData.__init__(self, ds, self._mapper)
 
     def _augment(self, dp: Any) -> Any:
         dp = _mutable(dp)
-        img = self._image(dp[self.img_index], self.img_index)
         coords = self._coords(dp[self.coords_index], self.coords_index)
-        tfm = self.augs.get_transform(img)
-        dp[self.img_index] = self._result(tfm.apply_image(img), img)
+        if self.decode:
+            dp[self.img_index], tfm = self._decode_augment(dp[self.img_index], self.img_index, True)
+        else:
+            img = self._image(dp[self.img_index], self.img_index)
+            tfm = self.augs.get_transform(img)
+            dp[self.img_index] = self._result(tfm.apply_image(img), img)
         dp[self.coords_index] = tfm.apply_coords(coords)
         return dp
 
@@ -325,7 +387,11 @@ class AugmentImageCoordinates(_AugmentBase, MapData):
 
 class AugmentImageComponents(_AugmentBase, MapData):
     """Augment several images of a datapoint (e.g. an image and its masks) with one transform
-    sampled from ``dp[index[0]]``, and move the coordinates at each of ``coords_index``."""
+    sampled from ``dp[index[0]]``, and move the coordinates at each of ``coords_index``.
+
+    ``decode="jpeg"``: ``dp[index[0]]`` holds encoded bytes, decoded as in
+    :class:`AugmentImageComponent`; the other components may hold encoded bytes too (decoded
+    whole, then transformed: masks are better stored as arrays) or decoded arrays."""
 
     def __init__(
         self,
@@ -335,19 +401,30 @@ class AugmentImageComponents(_AugmentBase, MapData):
         coords_index: Sequence[Any] = (),
         copy: bool = True,
         catch_exceptions: bool = False,
+        *,
+        decode: str | None = None,
+        color: str = "bgr",
     ) -> None:
         if not isinstance(index, list | tuple) or not index:
             raise ValueError(f"`index` must be a non-empty list of components, got {index!r}.")
-        self._setup(augmentors, copy, catch_exceptions)
+        self._setup(augmentors, copy, catch_exceptions, decode, color)
         self.index, self.coords_index = tuple(index), tuple(coords_index)
         MapData.__init__(self, ds, self._mapper)
 
     def _augment(self, dp: Any) -> Any:
         dp = _mutable(dp)
-        major = self._image(dp[self.index[0]], self.index[0])
-        tfm = self.augs.get_transform(major)
-        dp[self.index[0]] = self._result(tfm.apply_image(major), major)
+        if self.decode:
+            dp[self.index[0]], tfm = self._decode_augment(dp[self.index[0]], self.index[0], True)
+        else:
+            major = self._image(dp[self.index[0]], self.index[0])
+            tfm = self.augs.get_transform(major)
+            dp[self.index[0]] = self._result(tfm.apply_image(major), major)
         for idx in self.index[1:]:
+            if self.decode and not (isinstance(dp[idx], np.ndarray) and dp[idx].ndim >= 2):
+                from dataflow.imgaug.fused import decode_image
+
+                dp[idx] = tfm.apply_image(decode_image(self._encoded(dp[idx], idx), self.color))
+                continue
             src = self._image(dp[idx], idx)
             dp[idx] = self._result(tfm.apply_image(src), src)
         for idx in self.coords_index:

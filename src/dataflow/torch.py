@@ -11,6 +11,16 @@ Recommended use: the dataflow does its own parallelism (``MultiProcessMapDataZMQ
         for images, labels in loader:     # torch.Tensors, sharing memory with the arrays
             ...
 
+An ImageNet-style loader that decodes only the crop of each JPEG (see docs/jpeg.md); the
+decoder releases the GIL, so threads use every core::
+
+    augs = imgaug.AugmentorList([imgaug.GoogleNetRandomCropAndResize(),
+                                 imgaug.Flip(horiz=True)])
+    ds = LMDBSerializer.load("train.lmdb", shuffle=False)        # [jpeg bytes, label]
+    ds = LocallyShuffleData(ds, 1000, seed=0)
+    ds = MultiThreadMapData(ds, 8, lambda dp: [augs.augment_jpeg(dp[0], color="rgb"), dp[1]])
+    loader = DataLoader(to_torch(BatchData(ds, 64)), batch_size=None, num_workers=0)
+
 Guarantees:
 
 * **Exact delivery**: the datapoints of ``df``, in its order, with its structure (lists stay

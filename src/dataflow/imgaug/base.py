@@ -87,6 +87,17 @@ class ImageAugmentor:
     _rng: np.random.RandomState | None = None
     _pinned = False  # `rng` was assigned by the user
 
+    #: True if ``get_transform(img)`` reads nothing of ``img`` but its shape (the crops, resizes
+    #: and flips), so that it can sample from a JPEG's header before any pixel is decoded (see
+    #: :meth:`AugmentorList.augment_jpeg`). A subclass that overrides ``get_transform`` is
+    #: False again unless it sets the attribute itself.
+    samples_from_shape: bool = False
+    #: True if the transform maps each value of each channel on its own, the same way at every
+    #: pixel (brightness, gamma, PCA lighting), so that on uint8 images it is a lookup table per
+    #: channel, which :meth:`AugmentorList.augment_jpeg` applies while the resized output is
+    #: stored. Reset like ``samples_from_shape``.
+    pointwise: bool = False
+
     def __init__(self) -> None:
         """Nothing to do: the random stream is derived on reset or first use (see the module
         docstring)."""
@@ -167,6 +178,10 @@ class ImageAugmentor:
         super().__init_subclass__(**kwargs)
         if "get_transform" in cls.__dict__ and "_augment_image" not in cls.__dict__:
             cls._augment_image = ImageAugmentor._augment_image  # type: ignore[method-assign]
+        if "get_transform" in cls.__dict__:
+            for flag in ("samples_from_shape", "pointwise"):
+                if flag not in cls.__dict__:
+                    setattr(cls, flag, False)
         init = cls.__dict__.get("__init__")
         if init is not None and not hasattr(init, "_takes_seed") and (
             "seed" not in inspect.signature(init).parameters
@@ -320,6 +335,38 @@ class AugmentorList(ImageAugmentor):
             img = a._augment_image(img)
         return img
 
+    def augment_jpeg(
+        self,
+        data: Any,
+        *,
+        color: str = "bgr",
+        scale: bool = True,
+        strict: bool = True,
+        backend: str = "auto",
+        return_transform: bool = False,
+    ) -> Any:
+        """Decode the encoded image ``data`` and augment it, decoding only what the leading
+        crops and resizes keep (see :mod:`dataflow.imgaug.fused` for how, and for the bound
+        on the difference from ``augment(cv2.imdecode(data))``, which draws the same
+        parameters).
+
+        Args:
+            data: encoded bytes (bytes, bytearray, memoryview or a 1-D uint8 array); data that
+                is not JPEG is decoded whole by OpenCV, then augmented.
+            color: ``"bgr"`` (as ``cv2.imdecode``), ``"rgb"`` or ``"gray"`` (``(h, w)``).
+            scale: let the decoder scale by 1/2, 1/4 or 1/8 when the window is at least twice
+                the size of the bilinear resize that follows; False keeps scale 1.
+            strict: corrupt or truncated data raises ImageDecodeError (see
+                :func:`dataflow.jpeg.decode_jpeg`).
+            backend: the decoder, ``"auto"``, ``"turbo"`` or ``"cv2"`` (whole decode).
+            return_transform: also return the transform that was applied, a TransformList
+                (``apply_coords``, ``apply_image`` on masks, ...): ``(image, transform)``.
+        """
+        from dataflow.imgaug.fused import augment_jpeg
+
+        return augment_jpeg(self, data, color=color, scale=scale, strict=strict,
+                            backend=backend, return_transform=return_transform)
+
     def __iter__(self):
         return iter(self.augmentors)
 
@@ -378,6 +425,9 @@ class PhotometricAugmentor(ImageAugmentor):
         if ("_augment" in own or "_get_augment_params" in own) and "get_transform" not in own:
             cls.get_transform = PhotometricAugmentor.get_transform  # type: ignore[method-assign]
             cls._augment_image = PhotometricAugmentor._augment_image  # type: ignore[method-assign]
+            for flag in ("samples_from_shape", "pointwise"):  # the new hooks may read pixels
+                if flag not in own:
+                    setattr(cls, flag, False)
 
 
 def augmentor_tree(root: Any) -> list[ImageAugmentor]:

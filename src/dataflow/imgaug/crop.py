@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,8 @@ class RandomCrop(ImageAugmentor):
     """Crop a ``crop_shape`` (int or ``(h, w)``) window at a uniform random position; every
     offset in ``[0, H - h] x [0, W - w]`` is possible."""
 
+    samples_from_shape = True
+
     def __init__(self, crop_shape: Any) -> None:
         super().__init__()
         self._shape = shape2d(crop_shape, "crop_shape")
@@ -56,6 +59,8 @@ class RandomCrop(ImageAugmentor):
 
 class CenterCrop(ImageAugmentor):
     """Crop the centre ``crop_shape`` window at ``(int((H - h) / 2), int((W - w) / 2))``."""
+
+    samples_from_shape = True
 
     def __init__(self, crop_shape: Any) -> None:
         super().__init__()
@@ -83,6 +88,8 @@ class RandomCropRandomShape(ImageAugmentor):
     Unlike tensorpack, every position is possible (tensorpack never chose the last offset).
     ``max_aspect_ratio`` is accepted and ignored, as in tensorpack.
     """
+
+    samples_from_shape = True
 
     def __init__(
         self,
@@ -123,6 +130,8 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
     resized to ``target_shape`` (a square). Otherwise: shortest edge to ``target_shape`` and a
     centre crop. Returns a ``TransformList``."""
 
+    samples_from_shape = True
+
     def __init__(
         self,
         crop_area_fraction: tuple[float, float] = (0.08, 1.0),
@@ -142,12 +151,13 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
         ih, iw = img.shape[:2]
         t = int(self.target_shape)
         area = ih * iw
+        uniform = self._uniform  # the values of rng.uniform, at a fraction of the cost
         for _ in range(10):
-            target_area = self.rng.uniform(*self.crop_area_fraction) * area
-            ratio = self.rng.uniform(*self.aspect_ratio_range)
-            ww = int(np.sqrt(target_area * ratio) + 0.5)
-            hh = int(np.sqrt(target_area / ratio) + 0.5)
-            if self.rng.uniform() < 0.5:
+            target_area = uniform(*self.crop_area_fraction) * area
+            ratio = uniform(*self.aspect_ratio_range)
+            ww = int(math.sqrt(target_area * ratio) + 0.5)
+            hh = int(math.sqrt(target_area / ratio) + 0.5)
+            if uniform() < 0.5:
                 ww, hh = hh, ww
             if 0 < hh <= ih and 0 < ww <= iw:
                 y0 = self.rng.randint(ih - hh + 1)

@@ -71,6 +71,8 @@ class Hue(PhotometricAugmentor):
 class Brightness(PhotometricAugmentor):
     """Add ``uniform(-delta, delta)``; clip to [0, 255] if ``clip`` (always for uint8)."""
 
+    samples_from_shape = pointwise = True
+
     def __init__(self, delta: float, clip: bool = True) -> None:
         super().__init__()
         if not delta > 0:
@@ -83,6 +85,12 @@ class Brightness(PhotometricAugmentor):
     def _augment(self, img: np.ndarray, v: float) -> np.ndarray:
         return fn.add_scalar(img, v, self.clip)
 
+    @staticmethod
+    def _table(v: float, channels: int) -> tuple[int, ...]:
+        """What ``_augment(img, v)`` does to a uint8 image: add ``round(v)`` to every channel,
+        saturated (as offsets per channel)."""
+        return (round(float(v)),) * channels
+
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         # the hot path of most pipelines: a C-level partial instead of two Python frames
         v = self._get_augment_params(img)
@@ -94,6 +102,8 @@ class Brightness(PhotometricAugmentor):
 
 class BrightnessScale(PhotometricAugmentor):
     """Multiply by ``uniform(range)``; clip to [0, 255] if ``clip`` (always for uint8)."""
+
+    samples_from_shape = pointwise = True
 
     def __init__(self, range: tuple[float, float], clip: bool = True) -> None:
         super().__init__()
@@ -177,6 +187,8 @@ class Gamma(PhotometricAugmentor):
     """``255 * (x / 255) ** (1 / (1 + g))``, ``g = uniform(range)``, on values clipped to
     [0, 255]. Float images keep their precision (tensorpack cast them through uint8)."""
 
+    samples_from_shape = pointwise = True
+
     def __init__(self, range: tuple[float, float] = (-0.5, 0.5)) -> None:
         super().__init__()
         pair(range, "range")
@@ -225,6 +237,8 @@ class Lighting(PhotometricAugmentor):
     """AlexNet-style PCA lighting noise: adds ``eigvec @ (randn(3) * std * eigval)`` to every
     pixel of a 3-channel image (``eigvec`` columns are the eigenvectors)."""
 
+    samples_from_shape = pointwise = True
+
     def __init__(self, std: float, eigval: Any, eigvec: Any, clip: bool = True) -> None:
         super().__init__()
         eigval, eigvec = np.asarray(eigval, dtype=np.float64), np.asarray(eigvec, dtype=np.float64)
@@ -242,6 +256,19 @@ class Lighting(PhotometricAugmentor):
     def _augment(self, img: np.ndarray, inc: np.ndarray) -> np.ndarray:
         _need_channels(img, 3, "Lighting")
         return fn.lighting(img, inc, self.clip)
+
+    @staticmethod
+    def _table(inc: np.ndarray, channels: int) -> Any:
+        """What ``_augment(img, inc)`` does to a uint8 3-channel image (``fn.lighting``'s uint8
+        result is the float32 sum, rounded and saturated): away from a tie, the offsets
+        ``rint(inc)``; near one, the (256, 3) table."""
+        if channels != 3:
+            return None  # applied as usual, where it raises its own error
+        inc32 = np.asarray(inc, np.float32)
+        if (np.abs(inc32 - np.floor(inc32) - 0.5) > 1e-3).all():  # fn.lighting's own test
+            return tuple(int(k) for k in np.rint(inc32))
+        table = np.arange(256, dtype=np.float32)[:, None] + inc32
+        return np.clip(np.rint(table), 0, 255).astype(np.uint8)
 
 
 class MinMaxNormalize(PhotometricAugmentor):

@@ -27,6 +27,8 @@ logger = logging.getLogger(__name__)
 class Flip(ImageAugmentor):
     """Flip horizontally or vertically with probability ``prob``."""
 
+    samples_from_shape = True
+
     def __init__(self, horiz: bool = False, vert: bool = False, prob: float = 0.5) -> None:
         if bool(horiz) == bool(vert):
             raise ValueError(
@@ -47,6 +49,8 @@ class Flip(ImageAugmentor):
 
 class Resize(ImageAugmentor):
     """Resize to ``shape`` (an int for a square, or ``(h, w)``)."""
+
+    samples_from_shape = True
 
     def __init__(self, shape: Any, interp: int = cv2.INTER_LINEAR) -> None:
         super().__init__()
@@ -71,6 +75,8 @@ def _shortest_edge_size(h: int, w: int, size: int) -> tuple[int, int]:
 class ResizeShortestEdge(ImageAugmentor):
     """Resize so that the shorter side is ``size`` and the aspect ratio is kept (the longer
     side becomes ``int(scale * L + 0.5)``)."""
+
+    samples_from_shape = True
 
     def __init__(self, size: int, interp: int = cv2.INTER_LINEAR) -> None:
         super().__init__()
@@ -97,6 +103,8 @@ class RandomResize(ImageAugmentor):
     ``|(new_w / new_h) / (w / h) - 1|`` is at most the threshold (after 50 failed tries the
     size is kept, with a warning). ``minimum = (min_w, min_h)`` floors the result.
     """
+
+    samples_from_shape = True
 
     def __init__(
         self,
@@ -150,6 +158,8 @@ class RandomResize(ImageAugmentor):
 
 class Transpose(ImageAugmentor):
     """Swap height and width with probability ``prob``."""
+
+    samples_from_shape = True
 
     def __init__(self, prob: float = 0.5) -> None:
         super().__init__()

@@ -4,6 +4,16 @@ The dataset pulls datapoints through a stateful ``tf.numpy_function``, several s
 call (1.3-1.5x the throughput of ``tf.data.Dataset.from_generator`` in
 ``benchmarks/bench_input_source.py``), and prefetches a few so that the dataflow runs while the
 model trains.
+
+An ImageNet-style input that decodes only the crop of each JPEG (see docs/jpeg.md; the decoder
+releases the GIL, so the threads use every core) and feeds ``model.fit``::
+
+    augs = imgaug.AugmentorList([imgaug.GoogleNetRandomCropAndResize(),
+                                 imgaug.Flip(horiz=True)])
+    ds = LMDBSerializer.load("train.lmdb", shuffle=False)        # [jpeg bytes, label]
+    ds = LocallyShuffleData(ds, 1000, seed=0)
+    ds = MultiThreadMapData(ds, 8, lambda dp: [augs.augment_jpeg(dp[0], color="rgb"), dp[1]])
+    model.fit(dataflow_to_dataset(BatchData(ds, 64)), epochs=90)
 """
 
 from __future__ import annotations

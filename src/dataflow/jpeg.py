@@ -1,0 +1,295 @@
+"""JPEG decoding that decodes only what is needed: a region, at a reduced scale.
+
+``decode_jpeg(data, crop=(x, y, w, h), min_size=(h, w))`` decodes only the ``crop`` window
+(rows above it are only entropy-decoded, rows below are never read, columns outside skip the
+inverse DCT and the colour conversion) and, with ``min_size``, lets libjpeg-turbo scale the image
+by 1/2, 1/4 or 1/8 inside the inverse DCT, picking the coarsest scale at which the window still
+has at least ``min_size`` pixels. ``jpeg_shape(data)`` reads the header only.
+
+Back ends. ``"turbo"`` is the C extension ``dataflow._jpeg``, built by ``pip install`` where a C
+compiler and libjpeg-turbo's headers exist. Without it (``"auto"`` then logs once why) ``"cv2"``
+decodes the whole image with ``cv2.imdecode`` and then crops and scales it, to the same shapes:
+the same pixels for a window at scale 1 (both are libjpeg-turbo with its default settings), a
+different filter for the scaled ones (``cv2.INTER_AREA`` instead of the scaled inverse DCT).
+
+Strict by default: corrupt data that libjpeg would decode anyway, with a warning, raises
+:class:`~dataflow.errors.ImageDecodeError`, and so does data with no end-of-image marker after the
+start of its first scan (a truncated file, even when the window lies above the missing part);
+``cv2.imdecode`` (OpenCV 4) returns such images half grey. ``strict=False`` accepts them: the fast
+path decodes what is there (missing rows grey); the cv2 fallback then depends on OpenCV, which
+since version 5 refuses truncated data (ImageDecodeError).
+
+The stored pixel grid is decoded: unlike ``cv2.imdecode``, the EXIF orientation is not applied
+(``jpeg_orientation(data)`` reads it). See docs/jpeg.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dataflow.errors import ImageDecodeError
+
+__all__ = [
+    "check_complete",
+    "dct_scale",
+    "decode_jpeg",
+    "fast_path_status",
+    "jpeg_orientation",
+    "jpeg_shape",
+    "scaled_window",
+]
+
+logger = logging.getLogger(__name__)
+
+try:
+    from dataflow import _jpeg
+except ImportError as e:  # not built (no compiler or headers at install time) or not loadable
+    _jpeg = None
+    _OFF_REASON: str | None = f"the C extension dataflow._jpeg is not available ({e})"
+else:
+    _OFF_REASON = None
+
+_COLORS = {"bgr": 0, "rgb": 1, "gray": 2}
+_BACKENDS = ("auto", "turbo", "cv2")
+_SCALES = (8, 4, 2, 1)
+_CMYK = (4, 5)  # libjpeg's JCS_CMYK, JCS_YCCK
+_logged_off = False
+
+
+def fast_path_status() -> str | None:
+    """``None`` when the libjpeg-turbo region decoder is available, else why it is not."""
+    return _OFF_REASON
+
+
+def _turbo(backend: str) -> bool:
+    """Whether to use the C extension for ``backend`` (logs once when "auto" falls back)."""
+    global _logged_off
+    if backend == "auto":
+        if _jpeg is not None:
+            return True
+        if not _logged_off:
+            _logged_off = True
+            logger.warning(
+                "dataflow.jpeg: the region-decoding fast path is off (%s); decoding whole images "
+                "with cv2.imdecode. Install a C compiler and libjpeg-turbo's headers (e.g. "
+                "apt-get install libjpeg62-turbo-dev) and reinstall dataflow to build it.",
+                _OFF_REASON,
+            )
+        return False
+    if backend == "cv2":
+        return False
+    if backend == "turbo":
+        if _jpeg is None:
+            raise ImportError(f"`backend='turbo'` needs the fast path, but {_OFF_REASON}.")
+        return True
+    raise ValueError(f"`backend` must be one of {_BACKENDS}, got {backend!r}.")
+
+
+def _bytes_len(data: Any) -> int:
+    try:
+        return memoryview(data).nbytes
+    except TypeError:
+        raise TypeError(
+            f"`data` must be the encoded JPEG as bytes, bytearray, memoryview or a uint8 array, "
+            f"got {type(data).__name__}."
+        ) from None
+
+
+def _error(data: Any, e: Exception) -> ImageDecodeError:
+    return ImageDecodeError(f"cannot decode the JPEG data ({_bytes_len(data)} bytes): {e}")
+
+
+# ---------------------------------------------------------------- header
+def _header(data: Any, turbo: bool) -> tuple[int, int, int, int, int]:
+    """``(height, width, components, jpeg_color_space, orientation)``."""
+    if turbo:
+        try:
+            h, w, c, space, orientation, _ = _jpeg.header(data)
+        except _jpeg.DecodeError as e:
+            raise _error(data, e) from None
+        return h, w, c, space, orientation
+    h, w, c = _parse_sof(data)
+    return h, w, c, 0, 1
+
+
+_SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers
+
+
+def _parse_sof(data: Any) -> tuple[int, int, int]:
+    """Height, width and components from the start-of-frame segment, in pure Python."""
+    b = memoryview(data).cast("B")
+    n = len(b)
+    if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
+        raise ImageDecodeError(
+            f"cannot decode the JPEG data ({n} bytes): it does not start with the JPEG "
+            f"start-of-image marker FF D8 (starts with {bytes(b[:4]).hex(' ')})."
+        )
+    i = 2
+    while i + 4 <= n:
+        if b[i] != 0xFF:
+            break
+        marker = b[i + 1]
+        if marker == 0xFF:  # fill byte
+            i += 1
+            continue
+        length = b[i + 2] << 8 | b[i + 3]
+        if marker in _SOF and i + 10 <= n:
+            return (b[i + 5] << 8 | b[i + 6], b[i + 7] << 8 | b[i + 8], b[i + 9])
+        i += 2 + length
+    raise ImageDecodeError(
+        f"cannot decode the JPEG data ({n} bytes): no start-of-frame segment before byte {i}; "
+        "the header is corrupt or truncated."
+    )
+
+
+def jpeg_shape(data: Any, *, backend: str = "auto") -> tuple[int, int, int]:
+    """``(height, width, components)`` of a JPEG from its header, without decoding pixels
+    (components: 1 gray, 3 colour, 4 CMYK). Raises ImageDecodeError on data that is not JPEG."""
+    _bytes_len(data)
+    h, w, c, _, _ = _header(data, _turbo(backend))
+    return h, w, c
+
+
+def jpeg_orientation(data: Any) -> int:
+    """The EXIF orientation tag (1 to 8; 1 when absent or when the fast path is off)."""
+    return _header(data, _turbo("auto"))[4]
+
+
+# ---------------------------------------------------------------- decode
+def dct_scale(size: Sequence[int], min_size: Any) -> int:
+    """The coarsest DCT scale denominator ``d`` in (8, 4, 2, 1) at which an ``(h, w)`` window
+    still has at least ``min_size`` pixels (an int or ``(min_h, min_w)``): the scaled window is
+    ``ceil(h / d) x ceil(w / d)``."""
+    mh, mw = (min_size, min_size) if isinstance(min_size, int | np.integer) else min_size
+    h, w = size
+    for d in _SCALES:
+        if -(-h // d) >= mh and -(-w // d) >= mw:
+            return d
+    return 1
+
+
+def _check_crop(crop: Any, h: int, w: int) -> tuple[int, int, int, int]:
+    if crop is None:
+        return 0, 0, w, h
+    try:
+        x, y, cw, ch = (int(v) for v in crop)
+    except (TypeError, ValueError):
+        raise ValueError(f"`crop` must be (x, y, w, h) integers, got {crop!r}.") from None
+    if cw <= 0 or ch <= 0 or x < 0 or y < 0 or x + cw > w or y + ch > h:
+        raise ValueError(
+            f"`crop` (x, y, w, h)={crop!r} must be a non-empty window inside the {w}x{h} image "
+            "(0 <= x, x + w <= width, 0 <= y, y + h <= height)."
+        )
+    return x, y, cw, ch
+
+
+def scaled_window(crop: tuple[int, int, int, int], d: int) -> tuple[int, int, int, int]:
+    """The window ``(x, y, w, h)`` of the 1/``d`` scaled image that covers ``crop``: columns
+    ``x // d`` to ``ceil((x + w) / d)``, and the same for rows."""
+    x, y, w, h = crop
+    x0, y0 = x // d, y // d
+    return x0, y0, -(-(x + w) // d) - x0, -(-(y + h) // d) - y0
+
+
+def decode_jpeg(
+    data: Any,
+    crop: Sequence[int] | None = None,
+    min_size: Any = None,
+    out: np.ndarray | None = None,
+    *,
+    color: str = "bgr",
+    strict: bool = True,
+    backend: str = "auto",
+    scale: int | None = None,
+) -> np.ndarray:
+    """Decode a JPEG, or only a window of it, into a uint8 array.
+
+    Args:
+        data: the encoded JPEG (bytes, bytearray, memoryview or a 1-D uint8 array).
+        crop: ``(x, y, w, h)``, the window to decode, in pixels of the full image; None decodes
+            the whole image.
+        min_size: an int or ``(min_h, min_w)``: decode at the coarsest DCT scale 1/d (d in 1, 2,
+            4, 8, see :func:`dct_scale`) that still gives the window at least this size. The
+            result is then the window :func:`scaled_window` ``(crop, d)`` of the image scaled by
+            1/d. None: scale 1.
+        out: a uint8 array of the result's shape to decode into (its pixels must be contiguous;
+            its rows may be strided, e.g. ``batch[i]``); returned.
+        color: ``"bgr"`` (``(h, w, 3)``, like ``cv2.imdecode``), ``"rgb"`` or ``"gray"``
+            (``(h, w)``).
+        strict: raise :class:`~dataflow.errors.ImageDecodeError` on corrupt or truncated data
+            (see the module docstring); False decodes what libjpeg can.
+        backend: ``"auto"`` (the fast path where built, else cv2), ``"turbo"`` or ``"cv2"``.
+        scale: the scale denominator d (1, 2, 4 or 8) to use instead of choosing it from
+            ``min_size``.
+    """
+    if color not in _COLORS:
+        raise ValueError(f"`color` must be one of {sorted(_COLORS)}, got {color!r}.")
+    if scale is not None and scale not in _SCALES:
+        raise ValueError(f"`scale` must be 1, 2, 4 or 8 (the denominator), got {scale!r}.")
+    _bytes_len(data)
+    turbo = _turbo(backend)
+    h, w, _, space, _ = _header(data, turbo)
+    win = _check_crop(crop, h, w)
+    if scale is not None:
+        d = scale
+    else:
+        d = 1 if min_size is None else dct_scale(win[2:][::-1], min_size)
+    x0, y0, ww, hh = scaled_window(win, d)
+    shape = (hh, ww) if color == "gray" else (hh, ww, 3)
+    if out is not None and (
+        not isinstance(out, np.ndarray) or out.dtype != np.uint8 or out.shape != shape
+    ):
+        got = (out.dtype, out.shape) if isinstance(out, np.ndarray) else type(out).__name__
+        raise ValueError(f"`out` must be a uint8 array of shape {shape}, got {got}.")
+    if turbo and space not in _CMYK:
+        res = np.empty(shape, np.uint8) if out is None else out
+        try:
+            _jpeg.decode(data, res, x0, y0, ww, hh, d, _COLORS[color], strict)
+        except _jpeg.DecodeError as e:
+            raise _error(data, e) from None
+        return res
+    res = _cv2_window(data, (x0, y0, ww, hh), d, color, strict, h, w)
+    if out is None:
+        return res
+    out[...] = res
+    return out
+
+
+def _cv2_window(
+    data: Any, win: tuple[int, int, int, int], d: int, color: str, strict: bool, h: int, w: int
+) -> np.ndarray:
+    """The fallback: decode everything with cv2, then scale (INTER_AREA) and crop."""
+    from dataflow.imgaug._cv2 import cv2
+
+    if strict:
+        check_complete(data)
+    flag = cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), flag | cv2.IMREAD_IGNORE_ORIENTATION)
+    if img is None:
+        raise ImageDecodeError(
+            f"cannot decode the JPEG data ({_bytes_len(data)} bytes): cv2.imdecode failed."
+        )
+    if color == "rgb":
+        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    if d > 1:
+        img = cv2.resize(img, (-(-w // d), -(-h // d)), interpolation=cv2.INTER_AREA)
+    x0, y0, ww, hh = win
+    return np.ascontiguousarray(img[y0 : y0 + hh, x0 : x0 + ww])
+
+
+def check_complete(data: Any) -> None:
+    """Raise ImageDecodeError unless an end-of-image marker follows the last start-of-scan
+    marker (entropy-coded data cannot contain FF D9, so a truncated file has none)."""
+    b = bytes(memoryview(data).cast("B"))
+    sos = b.rfind(b"\xff\xda")
+    if sos < 0 or b.find(b"\xff\xd9", sos) < 0:
+        raise ImageDecodeError(
+            f"cannot decode the JPEG data ({len(b)} bytes): "
+            + ("it has no start-of-scan marker" if sos < 0 else
+               "it has no end-of-image marker after its last scan: the file is truncated")
+            + " (pass strict=False to decode what is there)."
+        )

@@ -1,0 +1,262 @@
+"""dataflow.jpeg: the region decoder (C extension) and its cv2 fallback."""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataflow import jpeg
+from dataflow.errors import DataFlowError, ImageDecodeError
+from dataflow.image import decode_jpeg, jpeg_shape
+from dataflow.imgaug._cv2 import cv2
+from dataflow.imgaug.fused import decode_image
+
+TURBO = jpeg.fast_path_status() is None
+needs_turbo = pytest.mark.skipif(not TURBO, reason=f"fast path off: {jpeg.fast_path_status()}")
+SAMPLING = {
+    "420": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
+    "422": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_422,
+    "444": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_444,
+}
+
+
+def make_jpeg(h, w, seed=0, sampling="420", progressive=False, gray=False, quality=90):
+    """A textured image (smooth waves and pixel noise) encoded by OpenCV."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    img = np.stack([np.sin(xx * 0.07 + c) * np.cos(yy * 0.05 - c) for c in range(3)], -1)
+    img = (img * 90 + 128 + rng.normal(0, 10, img.shape)).clip(0, 255).astype(np.uint8)
+    if gray:
+        img = img[:, :, 0]
+    params = [cv2.IMWRITE_JPEG_QUALITY, quality, cv2.IMWRITE_JPEG_SAMPLING_FACTOR,
+              SAMPLING[sampling], cv2.IMWRITE_JPEG_PROGRESSIVE, int(progressive)]
+    ok, buf = cv2.imencode(".jpg", img, params)
+    assert ok
+    return buf.tobytes()
+
+
+def imdecode(data, flag=cv2.IMREAD_COLOR):
+    return cv2.imdecode(np.frombuffer(data, np.uint8), flag)
+
+
+KINDS = [{"sampling": s, "progressive": p} for s in SAMPLING for p in (False, True)]
+
+
+def test_fast_path_is_built_under_make_test():
+    # `make test` sets this: a CI machine that silently fell back to cv2 fails here
+    if os.environ.get("DATAFLOW_EXPECT_JPEG_EXT") != "1":
+        pytest.skip("DATAFLOW_EXPECT_JPEG_EXT is not set (only `make test` requires the build)")
+    assert jpeg.fast_path_status() is None
+
+
+def test_error_class():
+    assert issubclass(ImageDecodeError, DataFlowError)
+    assert issubclass(ImageDecodeError, ValueError)
+
+
+@pytest.mark.parametrize("backend", ["auto", "cv2"])
+def test_jpeg_shape_reads_the_header(backend):
+    assert jpeg_shape(make_jpeg(37, 53), backend=backend) == (37, 53, 3)
+    assert jpeg_shape(make_jpeg(20, 9, gray=True), backend=backend) == (20, 9, 1)
+    assert jpeg_shape(make_jpeg(16, 24, progressive=True), backend=backend) == (16, 24, 3)
+    assert jpeg_shape(bytearray(make_jpeg(5, 7)), backend=backend) == (5, 7, 3)
+    with pytest.raises(ImageDecodeError, match="bytes"):
+        jpeg_shape(b"\x89PNG\r\n\x1a\n" + bytes(40), backend=backend)
+
+
+@needs_turbo
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("color", ["bgr", "rgb", "gray"])
+def test_full_decode_is_cv2_imdecode(kind, color):
+    data = make_jpeg(61, 83, **kind)
+    ref = imdecode(data, cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR)
+    if color == "rgb":
+        ref = ref[:, :, ::-1]
+    out = decode_jpeg(data, color=color)
+    assert out.dtype == np.uint8 and out.shape == ref.shape
+    np.testing.assert_array_equal(out, ref)
+
+
+@needs_turbo
+def test_gray_jpeg_decodes_to_bgr_like_cv2():
+    data = make_jpeg(30, 41, gray=True)
+    np.testing.assert_array_equal(decode_jpeg(data), imdecode(data))
+
+
+FULL = {}
+
+
+def _full(kind_index, d):
+    key = (kind_index, d)
+    if key not in FULL:
+        data = make_jpeg(97, 130, seed=kind_index, **KINDS[kind_index])
+        FULL[key] = data, decode_jpeg(data, scale=d)
+    return FULL[key]
+
+
+@needs_turbo
+@settings(max_examples=150, deadline=None)
+@given(kind=st.integers(0, len(KINDS) - 1), d=st.sampled_from([1, 2, 4, 8]), data=st.data())
+def test_region_at_scale_is_the_same_region_of_the_full_decode(kind, d, data):
+    jpg, full = _full(kind, d)
+    h, w = full.shape[:2]
+    assert (h, w) == (-(-97 // d), -(-130 // d))
+    x = data.draw(st.integers(0, w - 1))
+    y = data.draw(st.integers(0, h - 1))
+    cw = data.draw(st.integers(1, w - x))
+    ch = data.draw(st.integers(1, h - y))
+    # the crop in full-resolution pixels whose scaled cover is exactly this window
+    crop = (x * d, y * d, min(cw * d, 130 - x * d), min(ch * d, 97 - y * d))
+    assert jpeg.scaled_window(crop, d) == (x, y, cw, ch)
+    out = decode_jpeg(jpg, crop, scale=d)
+    np.testing.assert_array_equal(out, full[y : y + ch, x : x + cw])
+
+
+def test_dct_scale_picks_the_coarsest_scale_that_is_large_enough():
+    assert jpeg.dct_scale((1536, 2048), 224) == 4
+    assert jpeg.dct_scale((1792, 1792), 224) == 8
+    assert jpeg.dct_scale((1791, 1792), 224) == 8  # ceil(1791 / 8) = 224
+    assert jpeg.dct_scale((1783, 1792), 224) == 4
+    assert jpeg.dct_scale((446, 1000), 224) == 1
+    assert jpeg.dct_scale((447, 1000), 224) == 2  # ceil(447 / 2) = 224
+    assert jpeg.dct_scale((448, 1000), (224, 100)) == 2
+    assert jpeg.dct_scale((100, 100), 224) == 1
+    assert jpeg.scaled_window((3, 5, 10, 4), 4) == (0, 1, 4, 2)
+
+
+@needs_turbo
+def test_decodes_into_a_callers_strided_buffer():
+    data = make_jpeg(40, 50)
+    batch = np.zeros((3, 20, 60, 3), np.uint8)
+    out = decode_jpeg(data, (10, 5, 30, 20), out=batch[1, :, 5:35])
+    assert out.base is not None
+    np.testing.assert_array_equal(batch[1, :, 5:35], imdecode(data)[5:25, 10:40])
+    assert not batch[0].any() and not batch[2].any() and not batch[1, :, :5].any()
+    with pytest.raises(ValueError, match=r"`out` must be a uint8 array of shape \(20, 30, 3\)"):
+        decode_jpeg(data, (10, 5, 30, 20), out=np.zeros((20, 31, 3), np.uint8))
+
+
+def test_argument_errors_name_the_parameter():
+    data = make_jpeg(40, 50)
+    with pytest.raises(ValueError, match=r"`crop` \(x, y, w, h\)=\(45, 0, 10, 10\) must be"):
+        decode_jpeg(data, (45, 0, 10, 10))
+    with pytest.raises(ValueError, match="`crop` must be"):
+        decode_jpeg(data, (1, 2))
+    with pytest.raises(ValueError, match="`color` must be one of"):
+        decode_jpeg(data, color="hsv")
+    with pytest.raises(ValueError, match="`backend` must be one of"):
+        decode_jpeg(data, backend="pil")
+    with pytest.raises(TypeError, match="`data` must be the encoded JPEG"):
+        decode_jpeg(12345)
+
+
+@pytest.mark.parametrize("backend", ["auto", "cv2"])
+def test_corrupt_and_truncated_data_raise(backend):
+    data = make_jpeg(64, 64)
+    with pytest.raises(ImageDecodeError, match="cannot decode the JPEG data"):
+        decode_jpeg(b"not a jpeg at all", backend=backend)
+    cut = data[: len(data) // 2]
+    with pytest.raises(ImageDecodeError, match="truncated"):
+        decode_jpeg(cut, backend=backend)
+    # the window lies above the missing part: still an error
+    with pytest.raises(ImageDecodeError, match="truncated"):
+        decode_jpeg(cut, (0, 0, 8, 8), backend=backend)
+    if backend == "cv2" and imdecode(cut) is None:  # OpenCV 5 refuses truncated data
+        with pytest.raises(ImageDecodeError, match=r"cv2\.imdecode failed"):
+            decode_jpeg(cut, strict=False, backend=backend)
+        return
+    # lenient: libjpeg fills the missing rows with grey
+    out = decode_jpeg(cut, strict=False, backend=backend)
+    assert out.shape == (64, 64, 3)
+    assert (out[-1] == 128).all()
+
+
+@needs_turbo
+def test_corrupt_entropy_data_is_a_libjpeg_warning_turned_error():
+    data = bytearray(make_jpeg(64, 64))
+    sos = data.rfind(b"\xff\xda")
+    data[sos + 40 : sos + 44] = b"\xff\xd0\xff\xd3"  # restart markers where none belong
+    with pytest.raises(ImageDecodeError, match="libjpeg warning; pass strict=False"):
+        decode_jpeg(bytes(data))
+    assert decode_jpeg(bytes(data), strict=False).shape == (64, 64, 3)
+
+
+def test_fallback_gives_the_same_shapes_and_window_pixels():
+    data = make_jpeg(97, 130)
+    full = imdecode(data)
+    out = decode_jpeg(data, (7, 9, 50, 40), backend="cv2")
+    np.testing.assert_array_equal(out, full[9:49, 7:57])
+    scaled = decode_jpeg(data, (8, 4, 100, 80), min_size=40, backend="cv2")
+    assert scaled.shape == (40, 50, 3)  # scale 1/2: window (4, 2, 50, 40)
+    ref = cv2.resize(full, (65, 49), interpolation=cv2.INTER_AREA)[2:42, 4:54]
+    np.testing.assert_array_equal(scaled, ref)
+    np.testing.assert_array_equal(decode_jpeg(data, color="gray", backend="cv2"),
+                                  imdecode(data, cv2.IMREAD_GRAYSCALE))
+
+
+def test_auto_falls_back_without_the_extension_and_logs_once(monkeypatch, caplog):
+    monkeypatch.setattr(jpeg, "_jpeg", None)
+    monkeypatch.setattr(jpeg, "_OFF_REASON", "the C extension dataflow._jpeg is not available")
+    monkeypatch.setattr(jpeg, "_logged_off", False)
+    data = make_jpeg(30, 40)
+    with caplog.at_level(logging.WARNING, logger="dataflow.jpeg"):
+        a = decode_jpeg(data)
+        b = decode_jpeg(data, (0, 0, 10, 10))
+    off = [r for r in caplog.records if "fast path is off" in r.getMessage()]
+    assert len(off) == 1
+    assert "dataflow._jpeg is not available" in off[0].getMessage()
+    np.testing.assert_array_equal(a, imdecode(data))
+    np.testing.assert_array_equal(b, a[:10, :10])
+    assert jpeg.fast_path_status() == "the C extension dataflow._jpeg is not available"
+    with pytest.raises(ImportError, match="`backend='turbo'` needs the fast path"):
+        decode_jpeg(data, backend="turbo")
+
+
+def _with_orientation(data: bytes, value: int) -> bytes:
+    """Insert an APP1 Exif segment whose first IFD holds only the orientation tag."""
+    tiff = b"MM\x00\x2a" + struct.pack(">I", 8) + struct.pack(">H", 1)
+    tiff += struct.pack(">HHIHH", 0x0112, 3, 1, value, 0) + struct.pack(">I", 0)
+    payload = b"Exif\x00\x00" + tiff
+    return data[:2] + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + data[2:]
+
+
+def test_exif_orientation_is_read_and_decode_image_applies_it_like_cv2():
+    data = _with_orientation(make_jpeg(30, 50), 6)
+    stored = decode_jpeg(data)
+    assert stored.shape == (30, 50, 3)  # the stored grid
+    np.testing.assert_array_equal(
+        stored, imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION))
+    if TURBO:
+        assert jpeg.jpeg_orientation(data) == 6
+        assert jpeg.jpeg_orientation(make_jpeg(8, 8)) == 1
+    rotated = decode_image(data)
+    assert rotated.shape == (50, 30, 3)
+    np.testing.assert_array_equal(rotated, imdecode(data))
+
+
+@needs_turbo
+def test_decoding_in_threads_gives_the_same_pixels():
+    datas = [make_jpeg(120, 160, seed=i) for i in range(4)]
+    refs = [imdecode(d)[10:90, 20:140] for d in datas]
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(20):
+                np.testing.assert_array_equal(decode_jpeg(datas[k], (20, 10, 120, 80)), refs[k])
+        except AssertionError as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
