@@ -92,7 +92,7 @@ def install() -> None:
             orig = getattr(np.random, name)
             _saved.append((np.random, name, orig))
             setattr(np.random, name, _dispatch(name, orig, _np_random))
-        for name in _bound_to(random, random._inst):  # type: ignore[attr-defined]
+        for name in _bound_to(random, random._inst):
             orig = getattr(random, name)
             _saved.append((random, name, orig))
             setattr(random, name, _dispatch(name, orig, _py_random))

@@ -244,7 +244,7 @@ def add_scalar(img: np.ndarray, delta: float, clip: bool = True) -> np.ndarray:
     if img.dtype == _UINT8:
         d = float(round(delta))  # round half to even, like np.rint
         if img.ndim == 2 or img.shape[2] <= 4:
-            return cv2.add(img, (d, d, d, d)).reshape(img.shape)
+            return cv2.add(img, (d, d, d, d)).reshape(img.shape)  # type: ignore[call-overload]
         return _lut(img, _ARANGE256 + np.float32(d))
     return finish(img + img.dtype.type(delta), img.dtype, clip)
 
@@ -383,7 +383,7 @@ def jpeg(img: np.ndarray, quality: int) -> np.ndarray:
     if not ok:  # pragma: no cover - OpenCV failure
         raise RuntimeError(f"cv2.imencode failed for an image of shape {img.shape}")
     flag = cv2.IMREAD_GRAYSCALE if src.ndim == 2 or src.shape[2] == 1 else cv2.IMREAD_COLOR
-    out = cv2.imdecode(buf, flag).reshape(img.shape)
+    out = np.asarray(cv2.imdecode(buf, flag)).reshape(img.shape)
     return out.astype(img.dtype, copy=False)
 
 
@@ -404,7 +404,8 @@ def salt_pepper(img: np.ndarray, seed: int, white_prob: float, black_prob: float
     return out
 
 
-def lighting(img: np.ndarray, inc: Sequence[float], clip: bool = True) -> np.ndarray:
+def lighting(img: np.ndarray, inc: Sequence[float] | np.ndarray, clip: bool = True
+             ) -> np.ndarray:
     """Add the per-channel vector ``inc`` to every pixel of a 3-channel image."""
     if img.dtype == _UINT8 and img.ndim == 3 and img.shape[2] == 3:
         # uint8 without float temporaries, the same to the bit as the float path below
@@ -414,8 +415,10 @@ def lighting(img: np.ndarray, inc: Sequence[float], clip: bool = True) -> np.nda
             # saturating integer passes (OpenCV scalars saturate to uint8, hence add/subtract)
             k = np.rint(inc32).astype(np.int64).tolist()
             up, down = [max(x, 0) for x in k], [max(-x, 0) for x in k]
-            out = cv2.add(img, (*up, 0)) if any(up) else img.copy()
-            return cv2.subtract(out, (*down, 0)) if any(down) else out
+            # (OpenCV's stubs do not know scalars as second arguments)
+            out = cv2.add(img, (*up, 0)) if any(up) else img.copy()  # type: ignore[call-overload]
+            return (cv2.subtract(out, (*down, 0))  # type: ignore[call-overload]
+                    if any(down) else out)
         # near a tie, a per-channel table computed in float32 as the float path computes
         table = np.arange(256, dtype=np.float32)[:, None] + inc32[None]
         table = np.clip(np.rint(table), 0, 255).astype(np.uint8).reshape(1, 256, 3)

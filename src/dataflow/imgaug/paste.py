@@ -20,7 +20,8 @@ class BackgroundFiller(ABC):
 
     def fill(self, background_shape: tuple[int, int], img: np.ndarray) -> np.ndarray:
         """A background of ``background_shape = (h, w)`` with ``img``'s dtype and channels."""
-        return self._fill(tuple(background_shape), img)
+        h, w = background_shape
+        return self._fill((int(h), int(w)), img)
 
     @abstractmethod
     def _fill(self, background_shape: tuple[int, int], img: np.ndarray) -> np.ndarray:

@@ -318,7 +318,7 @@ class TransformList(BaseTransform):
             return list(other.tfms)
         if isinstance(other, BaseTransform):
             return [other]
-        return NotImplemented  # type: ignore[return-value]
+        return NotImplemented
 
     def __add__(self, other: Any) -> TransformList:
         others = self._others(other)

@@ -117,7 +117,7 @@ def dump_dataflow_images(
     grids = [0]
 
     def flush_grid() -> None:
-        if grid:
+        if grid and viz is not None:
             grids[0] += 1
             path = os.path.join(output_dir, f"grid_{grids[0]:03d}.jpg")
             write_image(path, stack_patches(grid, viz[0], viz[1]), rgb=False)
