@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dataflow import imgaug
-from dataflow.errors import ImageDecodeError
+from dataflow.errors import ErrorBudgetError, ImageDecodeError
 from dataflow.image import (
     AugmentImageComponent,
     AugmentImageComponents,
@@ -149,11 +149,28 @@ def test_augment_image_component_errors_and_catch(caplog):
     with pytest.raises(TypeError, match=r"`dp\[0\]` must be uint8.*got dtype int64"):
         list(df)
     df = AugmentImageComponent(_ds(bad), [imgaug.CenterCrop(3)], catch_exceptions=True)
+    assert df.on_error == "warn"  # tensorpack's catch_exceptions: log and drop
     df.reset_state()
-    with caplog.at_level(logging.ERROR, logger="dataflow.image"):
+    with caplog.at_level(logging.WARNING, logger="dataflow"):
         out = list(df)
     assert [dp[0].shape for dp in out] == [(3, 3)]
-    assert caplog.text.count("augmentation failed") == 2
+    lines = [r.getMessage() for r in caplog.records]
+    assert [line.split(" (")[0] for line in lines] == [
+        "AugmentImageComponent: skipped input index 0",
+        "AugmentImageComponent: skipped input index 2"]
+    assert "TypeError: `dp[0]` must be uint8" in lines[0]
+    assert df.error_policy.state() == {"seen": 3, "skipped": 2, "total": 2}
+    skip = AugmentImageComponent(_ds(bad), [imgaug.CenterCrop(3)], on_error="skip",
+                                 max_errors=1)
+    skip.reset_state()
+    with pytest.raises(ErrorBudgetError, match=r"AugmentImageComponent: 2 inputs failed in "
+                                                r"this epoch \(of 3 seen\), more than "
+                                                r"max_errors=1\. First: input index 0"):
+        list(skip)
+    with pytest.raises(ValueError, match=r"`catch_exceptions=True` .* contradicts "
+                                         r"on_error='raise'"):
+        AugmentImageComponent(_ds(bad), [imgaug.CenterCrop(3)], catch_exceptions=True,
+                              on_error="raise")
     with pytest.raises(TypeError, match="`augmentors` must be a list"):
         AugmentImageComponent(_ds(bad), "Flip")
 

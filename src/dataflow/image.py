@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy as copy_mod
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -174,31 +174,11 @@ def _builtin(aug: Any) -> bool:
     return all(_builtin(c) for c in children)
 
 
-class _ExceptionHandler:
-    """Counts and logs exceptions (first 10, then every 100th) when ``catch`` is set."""
-
-    def __init__(self, catch: bool) -> None:
-        self.catch = catch
-        self.count = 0
-
-    def run(self, func: Callable[[Any], Any], arg: Any) -> Any:
-        if not self.catch:
-            return func(arg)
-        try:
-            return func(arg)
-        except Exception:
-            self.count += 1
-            if self.count < 10 or self.count % 100 == 0:
-                logger.exception("augmentation failed (%d so far); datapoint dropped", self.count)
-            return None
-
-
 class _AugmentBase:
     """Shared set-up of the augmentation flows."""
 
     augs: Any
     _copy: bool
-    _handler: _ExceptionHandler
 
     def _setup(
         self, augmentors: Any, copy: bool, catch_exceptions: bool, decode: Any = None,
@@ -228,8 +208,19 @@ class _AugmentBase:
         self._copy = bool(copy) and not builtin  # copy before: the augmentors may write into it
         self._unalias = bool(copy) and builtin  # copy after, only if the result aliases it
         self.copy = copy
-        self._handler = _ExceptionHandler(catch_exceptions)
         self.catch_exceptions = catch_exceptions
+
+    @staticmethod
+    def _policy(catch_exceptions: bool, on_error: str | None) -> str:
+        """``on_error`` of the flow: tensorpack's ``catch_exceptions=True`` is ``"warn"``."""
+        if on_error is None:
+            return "warn" if catch_exceptions else "raise"
+        if catch_exceptions and on_error == "raise":
+            raise ValueError(
+                "`catch_exceptions=True` (tensorpack's name of on_error='warn') contradicts "
+                "on_error='raise'; pass one of them."
+            )
+        return on_error
 
     def _image(self, img: Any, where: Any) -> np.ndarray:
         if type(img) is not np.ndarray or img.dtype.char not in "Bfd" or not 2 <= img.ndim <= 3:
@@ -318,8 +309,9 @@ class AugmentImageComponent(_AugmentBase, MapDataComponent):
     """Augment the image at ``dp[index]`` with ``augmentors`` (a list or an AugmentorList).
 
     ``copy``: give the augmentors a private copy of the image (skipped for built-in
-    augmentors, which never modify their input). ``catch_exceptions``: log and drop the
-    datapoints whose augmentation raises instead of stopping the flow. ``decode="jpeg"``:
+    augmentors, which never modify their input). ``on_error`` / ``max_errors``: what to do with
+    a datapoint whose augmentation raises (see :mod:`dataflow.policy`); tensorpack's
+    ``catch_exceptions=True`` is ``on_error="warn"`` (log it, drop it). ``decode="jpeg"``:
     ``dp[index]`` holds encoded bytes, decoded (``color``: ``"bgr"`` as ``cv2.imdecode``,
     ``"rgb"`` or ``"gray"``) only where the leading crops and resizes need it (see
     :meth:`~dataflow.imgaug.AugmentorList.augment_jpeg`).
@@ -333,19 +325,19 @@ class AugmentImageComponent(_AugmentBase, MapDataComponent):
         copy: bool = True,
         catch_exceptions: bool = False,
         *,
-        decode: str | None = None,
-        color: str = "bgr",
+        decode: str | None = None, color: str = "bgr",
+        on_error: str | None = None, max_errors: int | float | None = None,
     ) -> None:
         self._setup(augmentors, copy, catch_exceptions, decode, color)
-        MapDataComponent.__init__(self, ds, self._mapper, index)
+        MapDataComponent.__init__(self, ds, self._augment, index,
+                                  on_error=self._policy(catch_exceptions, on_error),
+                                  max_errors=max_errors)
 
     def _augment(self, img: Any) -> np.ndarray:
         if self.decode:
             return self._decode_augment(img, self.index)
         return self._result(self.augs.augment(self._image(img, self.index)), img)
 
-    def _mapper(self, img: Any) -> Any:
-        return self._handler.run(self._augment, img)
 
 
 class AugmentImageCoordinates(_AugmentBase, MapData):
@@ -362,12 +354,13 @@ class AugmentImageCoordinates(_AugmentBase, MapData):
         copy: bool = True,
         catch_exceptions: bool = False,
         *,
-        decode: str | None = None,
-        color: str = "bgr",
+        decode: str | None = None, color: str = "bgr",
+        on_error: str | None = None, max_errors: int | float | None = None,
     ) -> None:
         self._setup(augmentors, copy, catch_exceptions, decode, color)
         self.img_index, self.coords_index = img_index, coords_index
-        MapData.__init__(self, ds, self._mapper)
+        MapData.__init__(self, ds, self._augment, on_error=self._policy(catch_exceptions, on_error),
+                         max_errors=max_errors)
 
     def _augment(self, dp: Any) -> Any:
         dp = _mutable(dp)
@@ -381,8 +374,6 @@ class AugmentImageCoordinates(_AugmentBase, MapData):
         dp[self.coords_index] = tfm.apply_coords(coords)
         return dp
 
-    def _mapper(self, dp: Any) -> Any:
-        return self._handler.run(self._augment, dp)
 
 
 class AugmentImageComponents(_AugmentBase, MapData):
@@ -402,14 +393,15 @@ class AugmentImageComponents(_AugmentBase, MapData):
         copy: bool = True,
         catch_exceptions: bool = False,
         *,
-        decode: str | None = None,
-        color: str = "bgr",
+        decode: str | None = None, color: str = "bgr",
+        on_error: str | None = None, max_errors: int | float | None = None,
     ) -> None:
         if not isinstance(index, list | tuple) or not index:
             raise ValueError(f"`index` must be a non-empty list of components, got {index!r}.")
         self._setup(augmentors, copy, catch_exceptions, decode, color)
         self.index, self.coords_index = tuple(index), tuple(coords_index)
-        MapData.__init__(self, ds, self._mapper)
+        MapData.__init__(self, ds, self._augment, on_error=self._policy(catch_exceptions, on_error),
+                         max_errors=max_errors)
 
     def _augment(self, dp: Any) -> Any:
         dp = _mutable(dp)
@@ -431,5 +423,3 @@ class AugmentImageComponents(_AugmentBase, MapData):
             dp[idx] = tfm.apply_coords(self._coords(dp[idx], idx))
         return dp
 
-    def _mapper(self, dp: Any) -> Any:
-        return self._handler.run(self._augment, dp)
