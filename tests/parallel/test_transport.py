@@ -19,6 +19,7 @@ from dataflow.parallel._zmq import (
 )
 from dataflow.parallel.shared_memory import (
     Ring,
+    SegmentSpace,
     SharedMemoryWriter,
     cleanup_segments,
     shm_available,
@@ -72,17 +73,19 @@ def test_large_arrays_go_out_of_band_without_copies():
 
 @pytest.mark.skipif(not shm_available(), reason="needs Linux /dev/shm")
 def test_shared_memory_frames():
-    codec = FrameCodec(SharedMemoryWriter("dataflow-codec-test", 0), shm_min_bytes=1 << 20)
+    space = SegmentSpace.open()
+    codec = FrameCodec(SharedMemoryWriter(space.prefix, 0), shm_min_bytes=1 << 20)
     try:
         arr = np.random.default_rng(0).integers(0, 255, (1024, 1024, 2), dtype=np.uint8)
         frames = codec.encode([arr])
         assert len(frames) == 1
-        assert _packed_meta(frames[0]) == ["dataflow-codec-test-0-0"]
+        assert _packed_meta(frames[0]) == [f"{space.prefix}-0-0"]
         out = PLAIN_DECODER.decode(_through_zmq(frames))
         assert np.array_equal(out[0], arr)
         assert out[0].flags.writeable
     finally:
-        assert cleanup_segments("dataflow-codec-test") == 0
+        assert cleanup_segments(space.prefix) == 0
+        space.close()
 
 
 def test_endpoint_is_private():
