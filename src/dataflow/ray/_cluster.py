@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dataflow.errors import DataFlowTerminated, WorkerError
@@ -125,7 +125,7 @@ LOOPBACK = "127.0.0.1"
 
 
 @contextlib.contextmanager
-def _loopback_node(ray: Any) -> Any:
+def _loopback_node(ray: Any) -> Iterator[None]:
     """Make ``ray.init()`` start a local Ray whose services listen on :data:`LOOPBACK` only.
 
     On Linux Ray replaces a node address of 127.0.0.1 by the machine's network address (so
@@ -134,7 +134,7 @@ def _loopback_node(ray: Any) -> Any:
     (``ray._private.ray_constants.ENABLE_RAY_CLUSTER`` false, which the processes it starts
     read from ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``): both are set for the start only.
     """
-    constants = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    constants: Any = getattr(getattr(ray, "_private", None), "ray_constants", None)
     var = getattr(constants, "ENABLE_RAY_CLUSTERS_ENV_VAR", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
     saved_env = os.environ.get(var)
     saved = getattr(constants, "ENABLE_RAY_CLUSTER", None)
