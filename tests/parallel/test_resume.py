@@ -411,12 +411,12 @@ def test_map_and_batch_state_keeps_the_batches_not_yet_yielded():
 
 def test_remote_receiver_saves_its_counters_only():
     r = RemoteDataZMQ("ipc:///nonexistent-a", "ipc:///nonexistent-b")
-    r.cnt1, r.cnt2 = 3, 4
+    r.cnt1, r.cnt2, r.dropped = 3, 4, 5
     state = _json(r.state_dict())
-    assert state == {"type": "RemoteDataZMQ", "num_addrs": 2, "cnt1": 3, "cnt2": 4}
+    assert state == {"type": "RemoteDataZMQ", "num_addrs": 2, "cnt1": 3, "cnt2": 4, "dropped": 5}
     other = RemoteDataZMQ("ipc:///nonexistent-a", "ipc:///nonexistent-b")
     other.load_state_dict(state)
-    assert (other.cnt1, other.cnt2) == (3, 4)
+    assert (other.cnt1, other.cnt2, other.dropped) == (3, 4, 5)
     with pytest.raises(StateMismatchError, match=r"expected num_addrs=1, found num_addrs=2"):
         RemoteDataZMQ("ipc:///nonexistent-a").load_state_dict(state)
 

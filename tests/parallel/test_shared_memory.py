@@ -1,20 +1,28 @@
-"""Shared-memory segments: round trip, clean-up, fallback when /dev/shm is full."""
+"""Shared-memory segments: round trip, clean-up whoever dies, bounded use of /dev/shm, fallback
+when it is small or full (never a bus error)."""
 
 from __future__ import annotations
 
+import glob
+import json
+import logging
 import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from dataflow.parallel import shared_memory
 from dataflow.parallel.shared_memory import (
     SHM_DIR,
     Ring,
+    SegmentSpace,
     SharedMemoryWriter,
     cleanup_segments,
     cleanup_stale_segments,
@@ -25,16 +33,25 @@ from dataflow.parallel.shared_memory import (
 
 pytestmark = pytest.mark.skipif(not shm_available(), reason="needs Linux /dev/shm")
 
-
-def _prefix(tmp_path) -> str:
-    return f"dataflow-test{abs(hash(str(tmp_path))) % 10**8}"
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_round_trip_unlinks_and_is_writable(tmp_path):
-    prefix = _prefix(tmp_path)
+@pytest.fixture
+def space():
+    sp = SegmentSpace.open()
+    assert sp is not None
+    yield sp
+    sp.close()
+
+
+def _ours(prefix: str) -> list[str]:
+    return sorted(os.path.basename(p) for p in glob.glob(os.path.join(SHM_DIR, prefix + "-*")))
+
+
+def test_round_trip_unlinks_and_is_writable(space):
     data = np.arange(100_000, dtype=np.float64)
-    name = SharedMemoryWriter(prefix, 3).write(memoryview(data).cast("B"))
-    assert name == f"{prefix}-3-0"
+    name = SharedMemoryWriter(space.prefix, 3).write(memoryview(data).cast("B"))
+    assert name == f"{space.prefix}-3-0"
     assert os.path.exists(os.path.join(SHM_DIR, name))
     view = open_segment(name)
     assert not os.path.exists(os.path.join(SHM_DIR, name))  # unlinked once mapped
@@ -44,13 +61,23 @@ def test_round_trip_unlinks_and_is_writable(tmp_path):
     assert arr[0] == -1.0
 
 
-def test_cleanup_removes_unreceived_segments(tmp_path):
-    prefix = _prefix(tmp_path)
-    w = SharedMemoryWriter(prefix, 0)
+def test_cleanup_removes_unreceived_segments(space):
+    w = SharedMemoryWriter(space.prefix, 0)
     names = [w.write(memoryview(b"x" * 10)) for _ in range(3)]
-    assert names == [f"{prefix}-0-{i}" for i in range(3)]
-    assert cleanup_segments(prefix) == 3
-    assert cleanup_segments(prefix) == 0
+    assert names == [f"{space.prefix}-0-{i}" for i in range(3)]
+    assert cleanup_segments(space.prefix) == 3
+    assert cleanup_segments(space.prefix) == 0
+
+
+def test_close_removes_unreceived_segments_and_ends_the_reaper():
+    sp = SegmentSpace.open()
+    w = SharedMemoryWriter(sp.prefix, 0)
+    assert w.write(memoryview(b"x" * 10)) == f"{sp.prefix}-0-0"
+    sp.close()
+    sp.close()  # idempotent
+    assert sp._proc.returncode == 0
+    assert _ours(sp.prefix) == []
+    assert w.write(memoryview(b"x" * 10)) is None  # no segment without a clean-up process
 
 
 def test_invalid_names_are_refused():
@@ -58,12 +85,106 @@ def test_invalid_names_are_refused():
         open_segment("../etc/passwd")
 
 
-def test_falls_back_with_a_warning_when_space_is_short(tmp_path, monkeypatch):
-    monkeypatch.setattr(shared_memory, "MIN_FREE_BYTES", 1 << 62)
-    w = SharedMemoryWriter(_prefix(tmp_path), 0)
-    with pytest.warns(RuntimeWarning, match="shared memory unavailable"):
+def test_writer_without_a_space_writes_no_segment(caplog):
+    prefix = new_prefix()  # nobody cleans up after this prefix: no segment may be written
+    w = SharedMemoryWriter(prefix, 0)
+    with caplog.at_level(logging.WARNING, logger="dataflow.parallel"):
         assert w.write(memoryview(b"abc")) is None
-    assert w.write(memoryview(b"abc")) is None  # warns once
+        assert w.write(memoryview(b"abc")) is None
+    assert [r.getMessage() for r in caplog.records] == [
+        "dataflow: shared memory unavailable (its clean-up process does not accept writers "
+        "(the pipeline was closed)); sending large arrays through ZeroMQ instead."
+    ]
+    assert _ours(prefix) == []
+
+
+def test_falls_back_and_logs_once_when_space_is_short(space, monkeypatch, caplog):
+    monkeypatch.setattr(shared_memory, "MIN_FREE_BYTES", 1 << 62)
+    w = SharedMemoryWriter(space.prefix, 0)
+    with caplog.at_level(logging.WARNING, logger="dataflow.parallel"):
+        assert w.write(memoryview(b"abc")) is None
+        assert w.write(memoryview(b"abc")) is None  # logged once
+    assert len(caplog.records) == 1
+    msg = caplog.records[0].getMessage()
+    assert msg.startswith("dataflow: shared memory unavailable (only ")
+    assert msg.endswith(" free in /dev/shm); sending large arrays through ZeroMQ instead. "
+                        "Enlarge /dev/shm (docker run --shm-size=2g) to use it.")
+    assert _ours(space.prefix) == []
+
+
+def test_a_pipeline_warns_once_when_dev_shm_is_short(monkeypatch):
+    monkeypatch.setattr(shared_memory, "MIN_FREE_BYTES", 1 << 62)
+    with pytest.warns(RuntimeWarning) as record:
+        assert SegmentSpace.open() is None
+    assert len(record) == 1
+    msg = str(record[0].message)
+    assert msg.startswith("dataflow: not using shared memory: /dev/shm has only ")
+    assert msg.endswith(
+        " that shared memory leaves free; large arrays go through ZeroMQ instead (one more copy "
+        "each). Enlarge /dev/shm (docker run --shm-size=2g; Kubernetes: an emptyDir volume with "
+        "medium: Memory mounted at /dev/shm), or pass use_shm=False to choose this without the "
+        "warning."
+    )
+
+
+def test_bytes_in_flight_are_bounded(space):
+    w = SharedMemoryWriter(space.prefix, 0, max_in_flight=3000)
+    names = [w.write(memoryview(b"x" * 1000)) for _ in range(4)]
+    assert names == [f"{space.prefix}-0-{i}" for i in range(3)] + [None]  # 4th: inline
+    open_segment(names[0])  # the consumer received the first one
+    assert w.write(memoryview(b"y" * 1000)) == f"{space.prefix}-0-3"
+    assert w.write(memoryview(b"y" * 1000)) is None
+    assert _ours(space.prefix) == [f"{space.prefix}-0-{i}" for i in (1, 2, 3)]
+
+
+def _wait(cond, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+WRITER = """
+import sys
+from dataflow.parallel.shared_memory import SharedMemoryWriter
+w = SharedMemoryWriter(sys.argv[1], "c")
+print(w.write(memoryview(b"a" * 100)), flush=True)
+sys.stdin.readline()
+print(w.write(memoryview(b"b" * 100)), flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_reaper_sweeps_when_the_owner_leaves_and_when_the_last_writer_leaves(space):
+    prefix = space.prefix
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    with subprocess.Popen([sys.executable, "-c", WRITER, prefix], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True, env=env) as child:
+        try:
+            assert child.stdout.readline().strip() == f"{prefix}-c-0"
+            mine = SharedMemoryWriter(prefix, "p")
+            assert mine.write(memoryview(b"p" * 100)) == f"{prefix}-p-0"
+            assert _ours(prefix) == [f"{prefix}-c-0", f"{prefix}-p-0"]
+            space._link.close()  # the owner leaves (as if killed): what it was sent is removed
+            assert _wait(lambda: _ours(prefix) == [])
+            assert space._proc.poll() is None  # a writer is still there
+            late = subprocess.run([sys.executable, "-c", WRITER, prefix], input="\n\n",
+                                  capture_output=True, text=True, env=env, timeout=60)
+            assert late.stdout.split() == ["None", "None"]  # no new writer once the owner left
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == f"{prefix}-c-1"  # still connected
+            assert _ours(prefix) == [f"{prefix}-c-1"]
+            child.stdin.write("\n")
+            child.stdin.flush()
+            assert child.wait(30) == 0
+            assert space._proc.wait(10) == 0  # the last writer left: swept, and the reaper ended
+            assert _ours(prefix) == []
+        finally:
+            if child.poll() is None:
+                child.kill()
 
 
 def test_ring_round_trip_wraps_around_and_releases():
@@ -136,3 +257,140 @@ def test_new_prefix_names_the_consumer():
     prefix = new_prefix()
     assert prefix.startswith(f"dataflow-{os.getpid()}-")
     assert new_prefix() != prefix
+
+
+# ---- real pipelines in a subprocess ----------------------------------------------------------
+
+PIPELINE = """
+import json, sys, time, warnings
+import numpy as np
+from dataflow.base import DataFlow
+from dataflow.parallel import MultiProcessMapDataZMQ, MultiProcessRunnerZMQ
+from dataflow.parallel import shared_memory
+from dataflow.sources import DataFromList
+
+kind, mib, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+size = mib << 20
+
+class Big(DataFlow):
+    def __iter__(self):
+        i = 0
+        while True:
+            yield [i, np.full(size, i % 251, np.uint8)]
+            i += 1
+
+def big(dp):
+    return [dp[0], np.full(size, dp[0] % 251, np.uint8)]
+
+if len(sys.argv) > 4:  # no free-space check: only posix_fallocate stands before a SIGBUS
+    shared_memory.MIN_FREE_BYTES = -(1 << 40)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    if kind == "runner":
+        df = MultiProcessRunnerZMQ(Big(), 2, hwm=50)
+    else:
+        df = MultiProcessMapDataZMQ(DataFromList([[i] for i in range(10**6)], shuffle=False), 2,
+                                    big, buffer_size=50, ordered=True)
+    df.reset_state()
+    it = iter(df)
+    print(json.dumps([str(w.message) for w in caught]), flush=True)
+first = next(it)
+time.sleep(1.0)  # the workers run ahead
+got = [first] + [next(it) for _ in range(n - 1)]
+ok = all(dp[1].shape == (size,) and int(dp[1][0]) == int(dp[1][-1]) == dp[0] % 251 for dp in got)
+print(json.dumps({"ok": ok, "ids": [int(dp[0]) for dp in got]}), flush=True)
+if n == 1:
+    time.sleep(600)  # until killed
+df.close()
+"""
+
+
+def _pipeline(tmp_path: Path, *args: object, prefix: list[str] | None = None) -> list[str]:
+    script = tmp_path / "pipeline.py"
+    script.write_text(PIPELINE)
+    return [*(prefix or []), sys.executable, str(script), *map(str, args)]
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+
+
+@pytest.mark.parametrize("kind", ["runner", "map"])
+def test_no_segment_outlives_a_consumer_killed_with_arrays_in_flight(kind, tmp_path):
+    proc = subprocess.Popen(_pipeline(tmp_path, kind, 4, 1), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert json.loads(proc.stdout.readline()) == []  # no warning
+        assert json.loads(proc.stdout.readline()) == {"ok": True, "ids": [0]}
+        pattern = os.path.join(SHM_DIR, f"dataflow-{proc.pid}-*")
+        # 4 MiB arrays wait in /dev/shm for the consumer, at most 256 MiB per worker
+        assert _wait(lambda: len(glob.glob(pattern)) >= 8, 20)
+        assert len(glob.glob(pattern)) <= 2 * 64
+        family = psutil.Process(proc.pid).children(recursive=True)
+        assert len(family) == 3  # two workers and the clean-up process
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert _wait(lambda: glob.glob(pattern) == [], 5)
+    assert _wait(lambda: not any(_running(p) for p in family), 5)
+
+
+def _running(p: psutil.Process) -> bool:
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _small_shm_prefix() -> list[str]:
+    """A command prefix that runs its command with a 64 MB tmpfs over /dev/shm (a private mount
+    namespace: nothing outside sees it, and it goes with the command), or a skip."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to mount a small /dev/shm in a private namespace")
+    prefix = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+              'mount -t tmpfs -o size=64m dataflow-test /dev/shm && exec "$@"', "sh"]
+    probe = subprocess.run([*prefix, "df", "-B1", "--output=size", SHM_DIR],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs in a private mount namespace: {probe.stderr.strip()}")
+    assert probe.stdout.split()[-1] == str(64 << 20)
+    return prefix
+
+
+@pytest.mark.parametrize("kind", ["runner", "map"])
+def test_a_64mb_dev_shm_falls_back_to_zeromq_with_one_warning(kind, tmp_path):
+    res = subprocess.run(_pipeline(tmp_path, kind, 16, 12, prefix=_small_shm_prefix()),
+                         capture_output=True, text=True, env=_env(), timeout=120)
+    assert res.returncode == 0, res.stderr
+    warned, result = map(json.loads, res.stdout.splitlines())
+    assert len(warned) == 1
+    assert warned[0].startswith("dataflow: not using shared memory: /dev/shm has only 64 MiB "
+                                "free, less than the 256 MiB that shared memory leaves free;")
+    assert result["ok"] is True
+    assert len(result["ids"]) == 12
+    if kind == "map":  # (a runner's two workers each count from 0)
+        assert result["ids"] == list(range(12))
+    assert "shared memory unavailable" not in res.stderr  # the workers did not even try
+
+
+@pytest.mark.parametrize("kind", ["runner", "map"])
+def test_a_full_dev_shm_never_raises_a_bus_error(kind, tmp_path):
+    # Shared memory is on and may fill /dev/shm to the last byte: 2 workers run ahead with
+    # 16 MiB arrays (hwm 50) into 64 MiB. Each segment's pages are reserved first, so the
+    # segment that does not fit is sent through ZeroMQ instead of faulting (SIGBUS) later.
+    res = subprocess.run(_pipeline(tmp_path, kind, 16, 40, "fill", prefix=_small_shm_prefix()),
+                         capture_output=True, text=True, env=_env(), timeout=120)
+    assert res.returncode == 0, res.stderr
+    warned, result = map(json.loads, res.stdout.splitlines())
+    assert warned == []
+    assert result["ok"] is True
+    assert len(result["ids"]) == 40
+    if kind == "map":
+        assert result["ids"] == list(range(40))
+    full = [line for line in res.stderr.splitlines() if "shared memory unavailable" in line]
+    assert 1 <= len(full) <= 2  # once per worker that met a full /dev/shm
+    assert all(line == "dataflow: shared memory unavailable (/dev/shm is full (No space left on "
+               "device)); sending large arrays through ZeroMQ instead. Enlarge /dev/shm (docker "
+               "run --shm-size=2g) to use it." for line in full)

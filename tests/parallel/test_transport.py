@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import struct
 import sys
 
 import numpy as np
+import psutil
 import pytest
 
 from dataflow.parallel._zmq import (
@@ -19,6 +21,7 @@ from dataflow.parallel._zmq import (
 )
 from dataflow.parallel.shared_memory import (
     Ring,
+    SegmentSpace,
     SharedMemoryWriter,
     cleanup_segments,
     shm_available,
@@ -72,17 +75,19 @@ def test_large_arrays_go_out_of_band_without_copies():
 
 @pytest.mark.skipif(not shm_available(), reason="needs Linux /dev/shm")
 def test_shared_memory_frames():
-    codec = FrameCodec(SharedMemoryWriter("dataflow-codec-test", 0), shm_min_bytes=1 << 20)
+    space = SegmentSpace.open()
+    codec = FrameCodec(SharedMemoryWriter(space.prefix, 0), shm_min_bytes=1 << 20)
     try:
         arr = np.random.default_rng(0).integers(0, 255, (1024, 1024, 2), dtype=np.uint8)
         frames = codec.encode([arr])
         assert len(frames) == 1
-        assert _packed_meta(frames[0]) == ["dataflow-codec-test-0-0"]
+        assert _packed_meta(frames[0]) == [f"{space.prefix}-0-0"]
         out = PLAIN_DECODER.decode(_through_zmq(frames))
         assert np.array_equal(out[0], arr)
         assert out[0].flags.writeable
     finally:
-        assert cleanup_segments("dataflow-codec-test") == 0
+        assert cleanup_segments(space.prefix) == 0
+        space.close()
 
 
 def test_endpoint_is_private():
@@ -125,3 +130,68 @@ def test_ring_slot_without_rings_is_refused():
             PLAIN_DECODER.decode(frames)
     finally:
         ring.close()
+
+
+def _listening_ports() -> set[tuple[int, str, int]]:
+    """(pid, address, port) of the listening inet sockets of this process and its children."""
+    out = set()
+    for proc in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            out |= {(proc.pid, c.laddr.ip, c.laddr.port)
+                    for c in proc.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN}
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_endpoint_falls_back_to_tcp_on_loopback(monkeypatch):
+    with monkeypatch.context() as m:  # a system without unix sockets
+        m.setattr(sys, "platform", "win32")
+        m.setattr(os, "name", "nt")
+        e = Endpoint("x")
+    assert e.address == "tcp://127.0.0.1"
+    assert e.needs_early_bind
+    zmq = import_zmq()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    try:
+        e.bind(sock)
+        host, port = e.address.removeprefix("tcp://").rsplit(":", 1)
+        assert host == "127.0.0.1"
+        assert [(ip, p) for _, ip, p in _listening_ports() if p == int(port)] == [
+            ("127.0.0.1", int(port))]
+    finally:
+        sock.close(linger=0)
+        ctx.term()
+
+
+def test_endpoint_without_abstract_sockets_is_in_a_private_directory(monkeypatch):
+    with monkeypatch.context() as m:
+        m.setattr(sys, "platform", "darwin")
+        e = Endpoint("x")
+    path = e.address.removeprefix("ipc://")
+    folder = os.path.dirname(path)
+    assert os.path.basename(path) == "s"
+    assert os.stat(folder).st_mode & 0o777 == 0o700
+    e.cleanup()
+    assert not os.path.exists(folder)
+
+
+@pytest.mark.parametrize("kind", ["runner", "map"])
+def test_pipelines_listen_on_no_network_address(kind):
+    from dataflow.parallel import MultiProcessMapDataZMQ, MultiProcessRunnerZMQ
+    from tests.parallel import flows
+
+    before = _listening_ports()
+    if kind == "runner":
+        df, expected = MultiProcessRunnerZMQ(flows.Range(10), 1), list(range(10))
+    else:
+        df = MultiProcessMapDataZMQ(flows.Range(10), 2, flows.double, strict=True, ordered=True)
+        expected = list(range(0, 20, 2))
+    with df:
+        df.reset_state()
+        it = iter(df)
+        got = [next(it)[0]]
+        assert _listening_ports() - before == set()  # (private unix sockets only)
+        got += [dp[0] for dp in it]
+    assert got == expected

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import uuid
@@ -81,13 +85,19 @@ def test_connects_to_a_cluster_by_address_and_an_unclosed_flow_leaves_nothing_at
             print(ray.get_runtime_context().gcs_address, flush=True)
             sys.stdin.read()
         """)],
-        cwd=Path(__file__).resolve().parents[2], env={**os.environ, "DATAFLOW_RAY_TEST": marker},
+        # Both drivers must agree on Ray's token authentication (Ray 2.60): a new local Ray
+        # enables it (RAY_AUTH_MODE=token, the token in ~/.ray/auth_token) in its driver, and a
+        # driver reads the mode once, when it imports Ray. So the head uses this process's mode:
+        # token if an earlier test started a local Ray here, else (unset) disabled.
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "DATAFLOW_RAY_TEST": marker,
+             "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")},
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )
     try:
         assert head.stdout.readline() == "[0, 2, 4, 6, 8]\n"
         address = head.stdout.readline().strip()
-        assert ":" in address
+        assert address.startswith("127.0.0.1:")  # a local Ray listens on loopback only
         with pytest.raises(ValueError, match="`num_workers` must be given when connecting"):
             RayMapData(flows.Range(3), map_func=flows.double, address=address)
         m = RayMapData(flows.Range(30), 1, flows.double, strict=True, address=address)
@@ -124,3 +134,94 @@ def test_without_ray_the_module_imports_and_the_classes_name_the_extra():
                          check=True, timeout=60).stdout.splitlines()
     assert out == ["the Ray back end of dataflow needs Ray, which is not installed: "
                    "pip install 'dataflow-reloaded[ray]'"] * 2
+
+
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def _listening(procs: list[psutil.Process]) -> list[tuple[str, str, int]]:
+    """(process name, address, port) of every listening TCP socket and unconnected UDP socket
+    of ``procs``."""
+    out = []
+    for proc in procs:
+        try:
+            for c in proc.net_connections(kind="inet"):
+                if c.status == psutil.CONN_LISTEN or (c.type == socket.SOCK_DGRAM and not c.raddr):
+                    out.append((proc.name(), c.laddr.ip, c.laddr.port))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return out
+
+
+def test_a_local_ray_started_by_a_flow_listens_on_loopback_only_and_has_no_dashboard():
+    with RayMapData(flows.Range(6), 1, flows.double, strict=True, ordered=True) as m:
+        assert [dp[0] for dp in m] == [0, 2, 4, 6, 8, 10]
+        assert ray.util.get_node_ip_address() == "127.0.0.1"
+        family = [psutil.Process(), *psutil.Process().children(recursive=True)]
+        names = {p.name() for p in family}
+        assert {"gcs_server", "raylet"} <= names  # (the processes looked at are Ray's)
+        sockets = _listening(family)
+        assert {name for name, _, _ in sockets} >= {"gcs_server", "raylet"}
+        assert [s for s in sockets if s[1] not in LOOPBACK] == []
+        # no dashboard (Ray runs its head process for usage statistics only, without the web UI)
+        cmdlines = [p.cmdline() for p in family]
+        heads = [c for c in cmdlines if any(a.endswith("ray/dashboard/dashboard.py") for a in c)]
+        assert all("--disable-frontend" in c and "--minimal" in c for c in heads)
+    # the driver's environment is as it was
+    assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ
+    assert ray._private.ray_constants.ENABLE_RAY_CLUSTER is True
+
+
+@pytest.mark.slow
+def test_a_crashed_cluster_does_not_break_the_next_flow(tmp_path):
+    # A cluster started with `ray start` writes its address into Ray's temporary directory
+    # (ray_current_cluster); killed with SIGKILL, it leaves it there. A flow without an address
+    # then used to try to join it ("When connecting to an existing cluster, num_cpus and
+    # num_gpus must not be provided"): it starts a new local Ray instead.
+    marker = uuid.uuid4().hex
+    # short (Ray's unix socket paths, at most 107 bytes, live below it); removed at the end
+    tmp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    env = {**os.environ, "TMPDIR": tmp, "DATAFLOW_RAY_TEST": marker, "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    ray_cli = Path(sys.executable).with_name("ray")
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        started = subprocess.run(
+            [str(ray_cli), "start", "--head", f"--port={port}", "--num-cpus=1",
+             "--include-dashboard=false", "--disable-usage-stats"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )
+        assert started.returncode == 0, started.stderr[-3000:]
+        address_file = Path(tmp, "ray", "ray_current_cluster")
+        assert address_file.exists()
+        cluster = _with_marker(marker)
+        assert cluster  # gcs_server, raylet, ...
+        for pid in cluster:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(pid).kill()
+        deadline = time.monotonic() + 10
+        while _with_marker(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _with_marker(marker) == []
+        assert address_file.exists()  # stale
+        code = textwrap.dedent("""
+            from dataflow.ray import RayMapData
+            from tests.parallel import flows
+            with RayMapData(flows.Range(5), 1, flows.double, strict=True, ordered=True) as m:
+                print([dp[0] for dp in m])
+        """)
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=180, cwd=Path(__file__).resolve().parents[2])
+        assert out.returncode == 0, out.stderr[-3000:]
+        assert out.stdout == "[0, 2, 4, 6, 8]\n"
+        deadline = time.monotonic() + 10  # the flow's Ray went with it
+        while _with_marker(marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _with_marker(marker) == []
+    finally:
+        for pid in _with_marker(marker):
+            with contextlib.suppress(psutil.NoSuchProcess):
+                psutil.Process(pid).kill()
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -10,11 +10,17 @@ Wire format: each datapoint is one ZeroMQ message ``[format tag, body]``.
   (the receiver must opt in with ``format='pickle'`` too).
 
 Unlike tensorpack, ``RemoteDataZMQ`` works without ``reset_state()`` (its counters exist from
-``__init__``), and a message in the other format fails with a clear error instead of garbage.
+``__init__``), and one bad sender cannot stop it: a message that is not a datapoint of
+``send_dataflow_zmq`` in the expected format (garbage, a truncated or foreign message, an array
+of object dtype, a pickle when msgpack is expected, a shape that does not match its data...) is
+dropped, counted in ``dropped`` and logged with the reason and the sender's address (the first
+at once, then at most one line per :data:`DROP_LOG_INTERVAL` seconds), and the datapoints of
+the same and of the other senders keep flowing.
 """
 
 from __future__ import annotations
 
+import logging
 import pickle
 import time
 from collections import deque
@@ -30,6 +36,11 @@ from dataflow.state import check_state
 from dataflow.validation import check_positive_int, known_length
 
 __all__ = ["RemoteDataZMQ", "send_dataflow_zmq"]
+
+logger = logging.getLogger("dataflow.parallel")
+
+#: seconds between two log lines about dropped messages
+DROP_LOG_INTERVAL = 1.0
 
 _TAGS = {None: b"M", "msgpack": b"M", "pickle": b"P"}
 
@@ -111,19 +122,74 @@ def _encode(dp: Any, tag: bytes) -> list[Any]:
     return [tag, dumps_msgpack(dp)]
 
 
-def _decode(frames: list[bytes], tag: bytes) -> Any:
-    if len(frames) != 2 or frames[0] not in (b"M", b"P"):
-        raise ValueError("received a message that is not from send_dataflow_zmq")
-    if frames[0] != tag:
-        if frames[0] == b"P":
-            raise ValueError(
+class MalformedMessageError(ValueError):
+    """A received message that is not a datapoint of :func:`send_dataflow_zmq` in the expected
+    format; ``RemoteDataZMQ`` drops it."""
+
+
+def _decode(frames: list[Any], tag: bytes) -> Any:
+    """The datapoint of one message (``zmq.Frame`` or bytes), or ``MalformedMessageError`` saying
+    why it is refused."""
+    parts = [f.buffer if hasattr(f, "buffer") else f for f in frames]
+    found = bytes(parts[0]) if len(parts) == 2 and len(parts[0]) == 1 else None
+    if found not in (b"M", b"P"):
+        raise MalformedMessageError(
+            f"a message of {len(parts)} frame(s) that is not from send_dataflow_zmq (its "
+            "messages are 2 frames: a format tag b'M' or b'P', and the body)"
+        )
+    if found != tag:
+        if tag == b"M":
+            raise MalformedMessageError(
                 "the sender uses format='pickle'; receiving it runs code chosen by the sender. "
                 "If you trust the sender, pass format='pickle' to RemoteDataZMQ."
             )
-        raise ValueError("the sender uses the msgpack format; pass format=None to RemoteDataZMQ")
-    if tag == b"P":
-        return pickle.loads(frames[1])
-    return loads_msgpack(frames[1])
+        raise MalformedMessageError(
+            "the sender uses the msgpack format; pass format=None to RemoteDataZMQ"
+        )
+    try:
+        if tag == b"P":
+            return pickle.loads(parts[1])
+        return loads_msgpack(parts[1])
+    except Exception as e:  # any garbage: msgpack's ExtraData, a bad dtype, a bad shape...
+        what = "pickle" if tag == b"P" else "msgpack"
+        raise MalformedMessageError(
+            f"a {what} body of {len(parts[1])} bytes that does not decode "
+            f"({type(e).__name__}: {str(e)[:200]})"
+        ) from e
+
+
+def _peer(frames: list[Any]) -> str:
+    """The address of the peer that sent ``frames`` (``zmq.Frame``), when ZeroMQ knows it."""
+    try:
+        return str(frames[0].get("Peer-Address"))
+    except Exception:
+        return "an unknown address"
+
+
+class _DropLog:
+    """Logs dropped messages: the first one at once, then at most one line per ``interval``
+    seconds, which counts the drops since the previous line and gives the last reason."""
+
+    def __init__(self, name: str, interval: float = DROP_LOG_INTERVAL,
+                 clock: Any = time.monotonic) -> None:
+        self.name, self.interval, self.clock = name, interval, clock
+        self.next_time = float("-inf")
+        self.unlogged = 0
+        self.last = ""
+
+    def drop(self, reason: str, total: int) -> None:
+        self.unlogged += 1
+        self.last = reason
+        if self.clock() >= self.next_time:
+            self.flush(total)
+
+    def flush(self, total: int) -> None:
+        if not self.unlogged:
+            return
+        logger.warning("%s dropped %d message(s) (%d in all); the last: %s",
+                       self.name, self.unlogged, total, self.last)
+        self.unlogged = 0
+        self.next_time = self.clock() + self.interval
 
 
 def send_dataflow_zmq(
@@ -215,10 +281,14 @@ class RemoteDataZMQ(DataFlow):
 
     Endless. Each ``__iter__`` opens fresh PULL socket(s) that bind (default) or connect to
     ``addr1`` (and ``addr2``), and closes them when the iteration ends. ``cnt1``/``cnt2``
-    count the messages received on each address. ``format`` must match the sender's;
+    count the datapoints received on each address. ``format`` must match the sender's;
     ``'pickle'`` is for trusted peers only.
 
-    Not resumable beyond its counters: ``state_dict()`` saves ``cnt1``/``cnt2`` only.
+    A message that is not a datapoint in that format is dropped, counted in ``dropped`` and
+    logged (rate-limited, see the module docstring): one bad sender cannot stop the others.
+
+    Not resumable beyond its counters: ``state_dict()`` saves ``cnt1``/``cnt2``/``dropped``
+    only.
     """
 
     profile_hint = "remote"
@@ -239,22 +309,26 @@ class RemoteDataZMQ(DataFlow):
         self._guard = DataFlowReentrantGuard(type(self).__name__)
         self.cnt1 = 0
         self.cnt2 = 0
+        self.dropped = 0  # messages refused (malformed, or in the other format)
 
     def reset_state(self) -> None:
         self.cnt1 = 0
         self.cnt2 = 0
+        self.dropped = 0
 
     def state_dict(self) -> dict[str, Any]:
-        """The counters ``cnt1``/``cnt2`` only: not resumable beyond them. What the senders
-        produce is not under this flow's control; after a restore it receives whatever they
-        send next."""
+        """The counters ``cnt1``/``cnt2``/``dropped`` only: not resumable beyond them. What the
+        senders produce is not under this flow's control; after a restore it receives whatever
+        they send next."""
         return {"type": "RemoteDataZMQ", "num_addrs": 1 if self._addr2 is None else 2,
-                "cnt1": self.cnt1, "cnt2": self.cnt2}
+                "cnt1": self.cnt1, "cnt2": self.cnt2, "dropped": self.dropped}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the counters (see :meth:`state_dict`)."""
+        """Restore the counters (see :meth:`state_dict`; a state saved before ``dropped``
+        existed restores it to 0)."""
         check_state(state, self, num_addrs=1 if self._addr2 is None else 2)
         self.cnt1, self.cnt2 = int(state["cnt1"]), int(state["cnt2"])
+        self.dropped = int(state.get("dropped", 0))
 
     def _socket(self, ctx: Any, zmq: Any, addr: str) -> Any:
         sock = ctx.socket(zmq.PULL)
@@ -265,28 +339,43 @@ class RemoteDataZMQ(DataFlow):
             sock.connect(addr)
         return sock
 
+    def _receive(self, sock: Any, log: _DropLog) -> tuple[bool, Any]:
+        """``(True, datapoint)``, or ``(False, None)`` for a message that was dropped."""
+        frames = sock.recv_multipart(copy=False)
+        try:
+            return True, _decode(frames, self._tag)
+        except MalformedMessageError as e:
+            self.dropped += 1
+            log.drop(f"from {_peer(frames)}: {e}", self.dropped)
+            return False, None
+
     def __iter__(self) -> Iterator[Any]:
         zmq = import_zmq()
         with self._guard:
             ctx = zmq.Context()
+            log = _DropLog(type(self).__name__)
             try:
                 s1 = self._socket(ctx, zmq, self._addr1)
                 if self._addr2 is None:
                     while True:
-                        dp = _decode(s1.recv_multipart(), self._tag)
-                        self.cnt1 += 1
-                        yield dp
+                        ok, dp = self._receive(s1, log)
+                        if ok:
+                            self.cnt1 += 1
+                            yield dp
                 s2 = self._socket(ctx, zmq, self._addr2)
                 poller = zmq.Poller()
                 poller.register(s1, zmq.POLLIN)
                 poller.register(s2, zmq.POLLIN)
                 while True:
                     for sock, _ in poller.poll():
-                        dp = _decode(sock.recv_multipart(), self._tag)
+                        ok, dp = self._receive(sock, log)
+                        if not ok:
+                            continue
                         if sock is s1:
                             self.cnt1 += 1
                         else:
                             self.cnt2 += 1
                         yield dp
             finally:
+                log.flush(self.dropped)
                 ctx.destroy(linger=0)

@@ -1,37 +1,59 @@
 """Shared-memory transport of large buffers between the processes of one machine.
 
 A worker copies a large buffer (a NumPy array's memory) once into a POSIX shared-memory segment
-(``/dev/shm/dataflow-<runner>-<n>``, the namespace that ``multiprocessing.shared_memory`` uses)
-and sends only its name. The consumer maps the segment, unlinks it at once and wraps the mapping
-in a writable ``memoryview``: the memory is released when the last array using it is garbage
-collected, and nothing is left in ``/dev/shm`` (a runner's ``close()`` also removes segments
-that were sent but never received; segments of a consumer that was SIGKILLed are removed by the
-next runner that starts, once they are 10 minutes old).
+(``/dev/shm/dataflow-<consumer pid>-<random>-<writer>-<n>``, the namespace that
+``multiprocessing.shared_memory`` uses) and sends only its name. The consumer maps the segment,
+unlinks it at once and wraps the mapping in a writable ``memoryview``: the memory is released
+when the last array using it is garbage collected.
+
+Nothing is left in ``/dev/shm``, whoever dies. Each pipeline's segments belong to a
+:class:`SegmentSpace`, which starts a small clean-up process (:mod:`._shm_reaper`) that every
+writer of the pipeline is connected to: when the consumer's connection closes (it closed the
+pipeline, or it was killed, even by SIGKILL) the segments sent but never received are removed
+at once, and again when the last writer is gone (see that module). A runner's ``close()``
+removes them as well. Segments of a consumer whose clean-up process was also killed are removed
+by the next pipeline that starts, once they are 10 minutes old.
 
 Segments are created directly (``os.open`` + ``mmap``) rather than through
 ``multiprocessing.shared_memory.SharedMemory``, whose resource tracker would start an extra
 helper process and warn about segments that the *other* process unlinks.
 
-Before writing, the worker checks the free space of ``/dev/shm``; when a segment would leave
-less than :data:`MIN_FREE_BYTES` free (containers often have a 64 MB ``/dev/shm``), it warns
-once and sends the buffer inline through ZeroMQ instead.
+``/dev/shm`` never overflows into a bus error. A tmpfs accepts ``ftruncate`` beyond its free
+space and raises SIGBUS at the first page that does not fit, so the writer reserves the pages
+with ``posix_fallocate`` first (which fails cleanly when the space is short). A pipeline does
+not use shared memory when ``/dev/shm`` has less than :data:`MIN_FREE_BYTES` free when it
+starts (containers often have a 64 MB ``/dev/shm``): it warns once and sends large arrays
+through ZeroMQ. A writer sends a buffer inline instead of writing a segment when the segment
+would leave less than that free, when it could not be reserved, or when the writer's segments
+not yet received by the consumer already hold :data:`MAX_IN_FLIGHT_BYTES` (the ZeroMQ
+high-water mark bounds the number of *messages* in flight, and a segment's message is small).
 """
 
 from __future__ import annotations
 
 import glob
 import itertools
+import logging
 import mmap
 import os
+import socket
+import subprocess
 import sys
+import threading
 import time
 import uuid
 import warnings
+from collections import deque
+
+from dataflow.parallel import _shm_reaper
 
 __all__ = [
+    "MAX_IN_FLIGHT_BYTES",
+    "MIN_FREE_BYTES",
     "RING_BYTES",
     "SHM_DIR",
     "Ring",
+    "SegmentSpace",
     "SharedMemoryWriter",
     "cleanup_segments",
     "cleanup_stale_segments",
@@ -41,9 +63,17 @@ __all__ = [
     "shm_available",
 ]
 
+logger = logging.getLogger("dataflow.parallel")
+
 SHM_DIR = "/dev/shm"
 #: free space that must remain in /dev/shm after writing a segment
 MIN_FREE_BYTES = 256 * 1024 * 1024
+#: bytes of one writer's segments that may wait for the consumer; beyond, buffers go inline
+MAX_IN_FLIGHT_BYTES = 256 * 1024 * 1024
+#: seconds a writer waits for the clean-up process to accept it (it may still be starting)
+ACCEPT_TIMEOUT = 30.0
+#: seconds ``SegmentSpace.close()`` waits for its clean-up process to exit
+REAPER_EXIT_TIMEOUT = 10.0
 
 
 def shm_available() -> bool:
@@ -56,41 +86,233 @@ def _free_bytes() -> int:
     return st.f_bavail * st.f_frsize
 
 
-class SharedMemoryWriter:
-    """Writes buffers into fresh segments named ``<prefix>-<worker>-<n>`` (worker side)."""
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.0f} MiB"
 
-    def __init__(self, prefix: str, worker_id: int | str) -> None:
+
+# ---- the connections of this process to the clean-up processes ------------------------------
+
+# prefix -> this process's connection to that pipeline's clean-up process (None: refused).
+# A forked child does not keep its parent's connections: the at-fork hook below closes its
+# copies, so that they do not keep a pipeline "alive" for the clean-up process after the
+# parent has gone; the child connects on its own when it writes its first segment.
+_links: dict[str, socket.socket | None] = {}
+_links_lock = threading.Lock()
+
+
+def _forget_links_in_child() -> None:
+    global _links_lock
+    _links_lock = threading.Lock()  # (it may have been held by another thread of the parent)
+    for sock in _links.values():
+        if sock is not None:
+            sock.close()  # closes this process's copy only: the parent's stays connected
+    _links.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_links_in_child)
+
+
+def _reaper_address(prefix: str) -> str:
+    return f"\0{prefix}-reaper"  # a Linux abstract socket: nothing on disk
+
+
+def _connect(prefix: str) -> socket.socket | None:
+    """A connection accepted by ``prefix``'s clean-up process, or None (it is gone)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.settimeout(ACCEPT_TIMEOUT)
+        sock.connect(_reaper_address(prefix))
+        if sock.recv(1) != _shm_reaper.ACCEPTED:
+            raise ConnectionRefusedError("the clean-up process no longer accepts writers")
+        sock.settimeout(None)  # blocking again: _alive() peeks with MSG_DONTWAIT
+    except OSError:
+        sock.close()
+        return None
+    return sock
+
+
+def _alive(sock: socket.socket) -> bool:
+    """Whether the other end of ``sock`` is still there (it never sends anything more)."""
+    try:
+        return sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def _link(prefix: str) -> str | None:
+    """Make sure this process is connected to ``prefix``'s clean-up process; None if it is,
+    else why not."""
+    with _links_lock:
+        if prefix not in _links:
+            _links[prefix] = _connect(prefix)
+        sock = _links[prefix]
+    if sock is None:
+        return "its clean-up process does not accept writers (the pipeline was closed)"
+    if not _alive(sock):
+        return "its clean-up process is gone"
+    return None
+
+
+def _start_reaper(prefix: str) -> tuple[subprocess.Popen, socket.socket]:
+    """Start the clean-up process of ``prefix``: (the process, the owner's connection)."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        # bound and listening before the process starts: writers that connect while it starts
+        # wait in the backlog
+        listener.bind(_reaper_address(prefix))
+        listener.listen(128)
+        fds = (listener.fileno(), theirs.fileno())
+        proc = subprocess.Popen(
+            [sys.executable, "-S", "-I", _shm_reaper.__file__, *map(str, fds), SHM_DIR, prefix],
+            pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except BaseException:
+        mine.close()
+        raise
+    finally:
+        listener.close()
+        theirs.close()
+    return proc, mine
+
+
+class SegmentSpace:
+    """The segments of one pipeline (consumer side): a fresh prefix and the clean-up process
+    that removes them when the consumer and every writer are gone (see the module docstring).
+
+    :meth:`open` returns None, after a ``RuntimeWarning``, when shared memory should not be
+    used: ``/dev/shm`` has too little free space, or the clean-up process cannot start.
+    :meth:`close` (idempotent) removes the segments never received and ends the process: call it
+    after the workers have stopped.
+    """
+
+    def __init__(self, prefix: str, proc: subprocess.Popen, link: socket.socket) -> None:
+        self.prefix = prefix
+        self._proc = proc
+        self._link = link
+        self._pid = os.getpid()
+        self._closed = False
+
+    @classmethod
+    def open(cls) -> SegmentSpace | None:
+        free = _free_bytes()
+        if free < MIN_FREE_BYTES:
+            cls._warn(f"{SHM_DIR} has only {_mib(free)} free, less than the {_mib(MIN_FREE_BYTES)} "
+                      "that shared memory leaves free")
+            return None
+        prefix = new_prefix()
+        try:
+            proc, link = _start_reaper(prefix)
+        except OSError as e:
+            cls._warn(f"its clean-up process could not start ({type(e).__name__}: {e})")
+            return None
+        with _links_lock:
+            _links[prefix] = link  # the writers of this process use the owner's connection
+        return cls(prefix, proc, link)
+
+    @staticmethod
+    def _warn(why: str) -> None:
+        warnings.warn(
+            f"dataflow: not using shared memory: {why}; large arrays go through ZeroMQ instead "
+            f"(one more copy each). Enlarge {SHM_DIR} (docker run --shm-size=2g; Kubernetes: an "
+            f"emptyDir volume with medium: Memory mounted at {SHM_DIR}), or pass use_shm=False "
+            "to choose this without the warning.",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+
+    def close(self) -> None:
+        if self._closed or os.getpid() != self._pid:
+            return
+        self._closed = True
+        cleanup_segments(self.prefix)
+        with _links_lock:
+            _links.pop(self.prefix, None)
+        self._link.close()
+        try:
+            self._proc.wait(REAPER_EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:  # a writer outlived the close: it is ours to end
+            self._proc.kill()
+            self._proc.wait()
+        cleanup_segments(self.prefix)
+
+
+class SharedMemoryWriter:
+    """Writes buffers into fresh segments named ``<prefix>-<writer>-<n>``.
+
+    ``prefix`` is a :class:`SegmentSpace`'s: before its first segment, the writer's process
+    connects to that space's clean-up process (without one, it writes no segment). ``write``
+    returns None (send the buffer inline) when a segment cannot or should not be written: see
+    the module docstring. Such a fallback is logged once per writer (it runs in a worker:
+    logging, not ``warnings``, whose filters are the consumer's).
+    """
+
+    def __init__(self, prefix: str, worker_id: int | str,
+                 max_in_flight: int = MAX_IN_FLIGHT_BYTES) -> None:
+        self.space = prefix
         self.prefix = f"{prefix}-{worker_id}"
+        self.max_in_flight = max_in_flight
         self._counter = itertools.count()
+        self._sent: deque[tuple[str, int]] = deque()  # (path, bytes) maybe not yet received
+        self._sent_bytes = 0
         self._warned = False
+
+    def _in_flight(self) -> int:
+        """Bytes of this writer's segments that the consumer has not opened yet (it unlinks a
+        segment when it opens it, in the order they were sent)."""
+        sent = self._sent
+        while sent and not os.path.exists(sent[0][0]):
+            self._sent_bytes -= sent.popleft()[1]
+        return self._sent_bytes
+
+    def _fall_back(self, why: str, space_short: bool = False) -> None:
+        if not self._warned:
+            self._warned = True
+            fix = f" Enlarge {SHM_DIR} (docker run --shm-size=2g) to use it." if space_short else ""
+            logger.warning("dataflow: shared memory unavailable (%s); sending large arrays "
+                           "through ZeroMQ instead.%s", why, fix)
 
     def write(self, buf: memoryview) -> str | None:
         """Copy ``buf`` (1-D bytes) into a new segment; its name, or ``None`` to send inline."""
         nbytes = buf.nbytes
-        try:
-            if _free_bytes() - nbytes < MIN_FREE_BYTES:
-                raise OSError(f"only {_free_bytes()} bytes free in {SHM_DIR}")
-            name = f"{self.prefix}-{next(self._counter)}"
-            fd = os.open(os.path.join(SHM_DIR, name), os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
-        except OSError as e:
-            if not self._warned:
-                self._warned = True
-                warnings.warn(
-                    f"dataflow: shared memory unavailable ({e}); sending large arrays through "
-                    "ZeroMQ instead. Enlarge /dev/shm (docker: --shm-size=2g) to use it.",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
+        if self._in_flight() + nbytes > self.max_in_flight:
+            return None  # the consumer is behind: the ZeroMQ high-water mark bounds the rest
+        why = _link(self.space)
+        if why is not None:
+            self._fall_back(why)
             return None
+        free = _free_bytes()
+        if free - nbytes < MIN_FREE_BYTES:
+            self._fall_back(f"only {_mib(free)} free in {SHM_DIR}", space_short=True)
+            return None
+        name = f"{self.prefix}-{next(self._counter)}"
+        path = os.path.join(SHM_DIR, name)
         try:
-            os.ftruncate(fd, nbytes)
-            with mmap.mmap(fd, nbytes) as m:
-                m[:] = buf
-        except BaseException:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        except OSError as e:
+            self._fall_back(f"{type(e).__name__}: {e}")
+            return None
+        ok = False
+        try:
+            if nbytes:
+                try:  # reserve the pages: a later page fault past the free space is a SIGBUS
+                    os.posix_fallocate(fd, 0, nbytes)
+                except OSError as e:
+                    self._fall_back(f"{SHM_DIR} is full ({e.strerror})", space_short=True)
+                    return None
+                with mmap.mmap(fd, nbytes) as m:
+                    m[:] = buf
+            ok = True
+        finally:
             os.close(fd)
-            os.unlink(os.path.join(SHM_DIR, name))
-            raise
-        os.close(fd)
+            if not ok:
+                os.unlink(path)
+        self._sent.append((path, nbytes))
+        self._sent_bytes += nbytes
         return name
 
 

@@ -20,7 +20,7 @@ from dataflow.parallel._protocol import READY
 from dataflow.parallel._scheduler import MapScheduler
 from dataflow.parallel._worker import map_loop
 from dataflow.parallel._zmq import ZmqMapTransport, map_worker_channel
-from dataflow.parallel.shared_memory import Ring, make_rings, new_prefix, shm_available
+from dataflow.parallel.shared_memory import Ring, SegmentSpace, make_rings, shm_available
 from dataflow.state import check_state, decode_items, encode_items
 from dataflow.validation import check_int, check_positive_int, known_length, renamed_kwargs
 
@@ -104,10 +104,13 @@ class _ZmqMapperBase(MapperBase):
         self._pool: ProcessPool | None = None
 
     def _start(self) -> None:
-        shm_prefix = new_prefix() if self.use_shm else None
+        self._resources = res = Resources()
+        space = SegmentSpace.open() if self.use_shm else None  # None: /dev/shm is too small
+        shm_prefix = space.prefix if space is not None else None
+        if space is not None:
+            res.add(space.close)
         method = get_context(self.start_method).get_start_method()
         rings = make_rings(self.use_shm, method, self.num_proc)
-        self._resources = res = Resources()
         stage = type(self).__name__
         self._transport = transport = ZmqMapTransport(
             self.num_proc, shm_prefix, rings, res, stage

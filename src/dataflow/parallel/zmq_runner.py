@@ -19,13 +19,7 @@ from dataflow.parallel._processes import (
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._worker import runner_loop
 from dataflow.parallel._zmq import Endpoint, ZmqRunnerTransport, runner_worker_channel
-from dataflow.parallel.shared_memory import (
-    Ring,
-    cleanup_segments,
-    make_rings,
-    new_prefix,
-    shm_available,
-)
+from dataflow.parallel.shared_memory import Ring, SegmentSpace, make_rings, shm_available
 from dataflow.validation import check_int, check_positive_int, known_length, renamed_kwargs
 
 __all__ = ["MultiProcessRunnerZMQ", "PrefetchDataZMQ"]
@@ -140,9 +134,10 @@ class MultiProcessRunnerZMQ(RunnerBase):
         self._resources = res = Resources()
         endpoint = Endpoint("runner")
         res.add(endpoint.cleanup)
-        shm_prefix = new_prefix() if self.use_shm else None
-        if shm_prefix is not None:
-            res.add(lambda: cleanup_segments(shm_prefix))
+        space = SegmentSpace.open() if self.use_shm else None  # None: /dev/shm is too small
+        shm_prefix = space.prefix if space is not None else None
+        if space is not None:
+            res.add(space.close)
         name = type(self).__name__
         method = get_context(self.start_method).get_start_method()
         rings = make_rings(self.use_shm, method, self.num_proc)

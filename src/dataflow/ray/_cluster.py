@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from dataflow._optional import import_optional
@@ -27,6 +27,7 @@ __all__ = [
     "acquire_ray",
     "actor_threads",
     "check_options",
+    "cluster_address",
     "describe",
     "import_ray",
     "is_lost",
@@ -113,13 +114,64 @@ def local_cpus() -> int:
         return os.cpu_count() or 1
 
 
+def cluster_address(address: str | None) -> str | None:
+    """The cluster a flow connects to: ``address``, else Ray's ``RAY_ADDRESS`` environment
+    variable (set by ``ray job submit`` for the jobs it runs), else None (a local Ray)."""
+    return address if address is not None else (os.environ.get("RAY_ADDRESS") or None)
+
+
+#: the only address the services of a local Ray started by dataflow listen on
+LOOPBACK = "127.0.0.1"
+
+
+@contextlib.contextmanager
+def _loopback_node(ray: Any) -> Iterator[None]:
+    """Make ``ray.init()`` start a local Ray whose services listen on :data:`LOOPBACK` only.
+
+    On Linux Ray replaces a node address of 127.0.0.1 by the machine's network address (so
+    that other nodes could join), and its servers listen on every interface. It keeps the
+    loopback address when it runs as a single-machine Ray, as it does on macOS and Windows
+    (``ray._private.ray_constants.ENABLE_RAY_CLUSTER`` false, which the processes it starts
+    read from ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``): both are set for the start only.
+    """
+    constants: Any = getattr(getattr(ray, "_private", None), "ray_constants", None)
+    var = getattr(constants, "ENABLE_RAY_CLUSTERS_ENV_VAR", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+    saved_env = os.environ.get(var)
+    saved = getattr(constants, "ENABLE_RAY_CLUSTER", None)
+    os.environ[var] = "0"
+    if saved is not None:
+        constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        if saved is not None:
+            constants.ENABLE_RAY_CLUSTER = saved
+        if saved_env is None:
+            os.environ.pop(var, None)
+        else:
+            os.environ[var] = saved_env
+
+
+def _is_loopback(address: str) -> bool:
+    """Whether ``address`` (``host:port``) names this machine's loopback interface."""
+    host = address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
 def acquire_ray(address: str | None, cpus_needed: float) -> bool:
     """Make sure Ray is initialized; return whether the caller must :func:`release_ray`.
 
     If Ray is already initialized (``ray.init()`` called by the user), it is used as is (and
     ``address`` ignored) and never shut down by dataflow. Otherwise dataflow calls
-    ``ray.init()``: connecting to ``address``, or starting a local Ray with one CPU per core
-    (at least ``cpus_needed``); it is shut down when the last flow that uses it is closed.
+    ``ray.init()``: connecting to ``address`` (or ``RAY_ADDRESS``, see :func:`cluster_address`;
+    a loopback address such as ``127.0.0.1:6379``, the address of a local Ray started by a flow
+    in another process, is kept as is), or starting a new local Ray with one CPU per core (at
+    least ``cpus_needed``), whose services listen on the loopback interface only, without a
+    dashboard: whoever reaches the ports of a Ray that does not authenticate (older Rays, or
+    ``RAY_AUTH_MODE=disabled``) can run code in it. A local Ray is always a new
+    one: a cluster started with ``ray start`` on this machine (even one that crashed and left
+    its address in Ray's temporary directory) is joined only when given as ``address``. It is
+    shut down when the last flow that uses it is closed.
     """
     num_cpus = max(local_cpus(), math.ceil(cpus_needed))
     ray = import_ray()
@@ -129,13 +181,25 @@ def acquire_ray(address: str | None, cpus_needed: float) -> bool:
                 return False  # the user's Ray
             _Session.users += 1
             return True
-        kwargs: dict[str, Any] = {"log_to_driver": False}
-        if address is None:
-            kwargs.update(num_cpus=num_cpus, include_dashboard=False)
-        else:
-            kwargs["address"] = address
+        address = cluster_address(address)
         hooks = RayHooks()
-        ray.init(**kwargs)
+        if address is None:
+            with _loopback_node(ray):
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                         log_to_driver=False, _node_ip_address=LOOPBACK)
+            node = ray.util.get_node_ip_address()
+            if node != LOOPBACK:  # (a Ray whose start-up changed: say so, it is reachable)
+                logger.warning(
+                    "the local Ray started by dataflow listens on %s, not only on %s: whoever "
+                    "can reach that address can run code in it. Start Ray yourself, bound as "
+                    "you need (ray start --head --node-ip-address=...), and pass its address.",
+                    node, LOOPBACK,
+                )
+        elif _is_loopback(address):  # (Ray would replace 127.0.0.1 by the network address)
+            with _loopback_node(ray):
+                ray.init(address=address, log_to_driver=False)
+        else:
+            ray.init(address=address, log_to_driver=False)
         hooks.after_init()
         _Session.started, _Session.users, _Session.hooks = True, 1, hooks
         return True

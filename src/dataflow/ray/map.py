@@ -140,9 +140,10 @@ class RayMapData(MapperBase):
     or deserialized) are raised at once as ``WorkerError``.
 
     Ray: if ``ray.is_initialized()``, that Ray is used (and never shut down here). Otherwise
-    ``reset_state()`` calls ``ray.init(address=address)`` (``None``: a local Ray with
-    one CPU per core, at least ``num_workers``) and ``close()`` shuts it down once no flow uses
-    it. ``close()`` kills every actor.
+    ``reset_state()`` calls ``ray.init(address=address)`` (``None``: ``RAY_ADDRESS`` if set,
+    else a new local Ray with one CPU per core, at least ``num_workers``, whose services listen
+    on 127.0.0.1 only) and ``close()`` shuts it down once no flow uses it. ``close()`` kills
+    every actor.
 
     Resumable (``state_dict()`` / ``load_state_dict()``) as the other mappers: exact with
     ``strict=True, ordered=True``; see :meth:`MapperBase.state_dict
@@ -237,7 +238,7 @@ class RayMapData(MapperBase):
 def _default_workers(ray: Any, address: str | None) -> int:
     if ray.is_initialized():
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
-    if address is None:
+    if cluster.cluster_address(address) is None:
         return cluster.local_cpus()
     raise ValueError(
         f"`num_workers` must be given when connecting to a cluster with address={address!r} "
