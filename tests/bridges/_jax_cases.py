@@ -179,7 +179,7 @@ def worker_error_and_close():
                                   start_method="spawn")
     it = to_jax(flow, prefetch=2)
     head = [int(next(it)[0]) for _ in range(3)]
-    running = len(_children()) - 1  # (but the mapper's shared-memory clean-up process)
+    running = len(_children())
     it.close()
     it.close()
     after_close = _wait_no_children()

@@ -230,7 +230,7 @@ def test_closing_the_loader_stops_the_dataflow_workers():
     loader = DataLoader(ds, batch_size=None, num_workers=0)
     it = iter(loader)
     assert [next(it)[0].item() for _ in range(3)] == [0, 2, 4]
-    assert len(_children()) == 3  # two workers, and the mapper's shared-memory clean-up process
+    assert len(_children()) == 2
     del it  # the loader's iterator is gone: the dataflow is closed
     assert _wait_no_children() == []
     # the next epoch starts the workers again and is whole

@@ -75,7 +75,7 @@ def test_close_removes_unreceived_segments_and_ends_the_reaper():
     assert w.write(memoryview(b"x" * 10)) == f"{sp.prefix}-0-0"
     sp.close()
     sp.close()  # idempotent
-    assert sp._proc.returncode == 0
+    assert sp.wait(10) == 0
     assert _ours(sp.prefix) == []
     assert w.write(memoryview(b"x" * 10)) is None  # no segment without a clean-up process
 
@@ -91,11 +91,56 @@ def test_writer_without_a_space_writes_no_segment(caplog):
     with caplog.at_level(logging.WARNING, logger="dataflow.parallel"):
         assert w.write(memoryview(b"abc")) is None
         assert w.write(memoryview(b"abc")) is None
-    assert [r.getMessage() for r in caplog.records] == [
-        "dataflow: shared memory unavailable (its clean-up process does not accept writers "
-        "(the pipeline was closed)); sending large arrays through ZeroMQ instead."
-    ]
+    assert caplog.records == []  # inline until a clean-up process accepts: not a fallback
     assert _ours(prefix) == []
+
+
+def _reapers() -> list[psutil.Process]:
+    return [c for c in psutil.Process().children(recursive=True)
+            if c.status() != psutil.STATUS_ZOMBIE and "_shm_reaper.py" in " ".join(c.cmdline())]
+
+
+def test_the_clean_up_process_starts_with_the_first_large_inline_buffer(space):
+    from dataflow.parallel._zmq import SHM_MIN_BYTES, FrameDecoder
+
+    assert not space.started and _reapers() == []
+    decoder = FrameDecoder(None, space.prefix)
+    small = np.arange(SHM_MIN_BYTES // 2, dtype=np.uint8)  # out of band, but no segment
+    assert np.array_equal(decoder.decode(_inline(small)), small)
+    assert not space.started  # a buffer that would not go to a segment starts nothing
+    large = np.arange(SHM_MIN_BYTES, dtype=np.uint8)
+    assert np.array_equal(decoder.decode(_inline(large)), large)
+    assert space.started
+    assert [p.pid for p in _reapers()] == [space._proc.pid]
+    space.close()
+    assert space.wait(10) == 0
+
+
+def _inline(arr: np.ndarray) -> list:
+    """The frames of ``arr`` as a worker sends them when it writes no segment."""
+    from dataflow.parallel._zmq import FrameCodec
+
+    frames = FrameCodec(None).encode(arr)
+    assert len(frames) == 3  # head, meta, the buffer inline
+    return frames
+
+
+@pytest.mark.parametrize("size", [100, 4 << 20])
+def test_a_pipeline_starts_its_clean_up_process_only_for_segments(size):
+    from dataflow import DataFromList, MultiProcessRunnerZMQ
+
+    df = MultiProcessRunnerZMQ(
+        DataFromList([[np.full(size, k, np.uint8)] for k in range(4)], shuffle=False), 1)
+    # (4 MiB is more than a worker's ring takes in one piece: it needs a segment)
+    df.reset_state()
+    try:
+        got = [dp[0] for _ in range(3) for dp in df]  # three epochs of len(ds)
+        seen = [p.pid for p in _reapers()]
+    finally:
+        df.close()
+    assert [int(a[0]) for a in got] == [0, 1, 2, 3] * 3  # one worker: in order
+    assert all(a.shape == (size,) and (a == a[0]).all() for a in got)
+    assert len(seen) == (0 if size == 100 else 1)
 
 
 def test_falls_back_and_logs_once_when_space_is_short(space, monkeypatch, caplog):
@@ -159,6 +204,7 @@ sys.stdin.readline()
 
 def test_reaper_sweeps_when_the_owner_leaves_and_when_the_last_writer_leaves(space):
     prefix = space.prefix
+    assert space.start()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     with subprocess.Popen([sys.executable, "-c", WRITER, prefix], stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE, text=True, env=env) as child:
@@ -295,6 +341,9 @@ with warnings.catch_warnings(record=True) as caught:
     it = iter(df)
     print(json.dumps([str(w.message) for w in caught]), flush=True)
 first = next(it)
+if n == 1:  # the first results came inline (no clean-up process yet): later ones use segments
+    for _ in range(60):
+        next(it)
 time.sleep(1.0)  # the workers run ahead
 got = [first] + [next(it) for _ in range(n - 1)]
 ok = all(dp[1].shape == (size,) and int(dp[1][0]) == int(dp[1][-1]) == dp[0] % 251 for dp in got)

@@ -44,6 +44,7 @@ from dataflow.parallel.shared_memory import (
     SharedMemoryWriter,
     cleanup_segments,
     open_segment,
+    start_space,
 )
 
 logger = logging.getLogger("dataflow.parallel")
@@ -154,10 +155,13 @@ class FrameDecoder:
     without a copy; plain bytes are copied so that arrays stay writable).
 
     ``rings[i]`` is worker ``i``'s :class:`Ring` (consumer side), if rings are used.
+    ``shm_prefix``: the consumer's shared-memory space, whose clean-up process the first large
+    inline buffer starts (writers send inline until there is one).
     """
 
-    def __init__(self, rings: list[Ring] | None = None) -> None:
+    def __init__(self, rings: list[Ring] | None = None, shm_prefix: str | None = None) -> None:
         self.rings = rings
+        self.shm_prefix = shm_prefix
 
     def decode(self, frames: list[Any]) -> Any:
         head = frames[0].buffer if hasattr(frames[0], "buffer") else frames[0]
@@ -174,7 +178,11 @@ class FrameDecoder:
         for entry in meta:
             if entry is None:
                 frame = next(inline)
-                buffers.append(frame.buffer if hasattr(frame, "buffer") else bytearray(frame))
+                buf = frame.buffer if hasattr(frame, "buffer") else bytearray(frame)
+                if self.shm_prefix is not None and len(buf) >= SHM_MIN_BYTES:
+                    start_space(self.shm_prefix)
+                    self.shm_prefix = None
+                buffers.append(buf)
             elif isinstance(entry, str):
                 buffers.append(open_segment(entry))
             else:
@@ -299,7 +307,7 @@ class ZmqMapTransport(_Consumer):
         self.endpoint.bind(self.sock)
         # the consumer's own large inputs go to segments named <prefix>-p-<n>
         self.codec = FrameCodec(SharedMemoryWriter(shm_prefix, "p") if shm_prefix else None)
-        self.decoder = FrameDecoder(rings)
+        self.decoder = FrameDecoder(rings, shm_prefix)
         res.add(self.decoder.close)
         self.copy = rings is not None  # ring messages are small frames: copying them is cheaper
         self.load = [0] * num_workers
@@ -458,10 +466,10 @@ class ZmqRunnerTransport(_Consumer):
     copy's last state (``STATE`` messages), skipping what was received since."""
 
     def __init__(self, endpoint: Endpoint, hwm: int, res: Resources, rings: list[Ring] | None,
-                 name: str) -> None:
+                 name: str, shm_prefix: str | None = None) -> None:
         self.zmq = import_zmq()
         self.res, self.name, self.endpoint, self.hwm = res, name, endpoint, hwm
-        self.decoder = FrameDecoder(rings)
+        self.decoder = FrameDecoder(rings, shm_prefix)
         res.add(self.decoder.close)
         self.copy = rings is not None  # ring messages are small frames: copying them is cheaper
         self.sock: Any = None

@@ -8,11 +8,15 @@ when the last array using it is garbage collected.
 
 Nothing is left in ``/dev/shm``, whoever dies. Each pipeline's segments belong to a
 :class:`SegmentSpace`, which starts a small clean-up process (:mod:`._shm_reaper`) that every
-writer of the pipeline is connected to: when the consumer's connection closes (it closed the
-pipeline, or it was killed, even by SIGKILL) the segments sent but never received are removed
-at once, and again when the last writer is gone (see that module). A runner's ``close()``
-removes them as well. Segments of a consumer whose clean-up process was also killed are removed
-by the next pipeline that starts, once they are 10 minutes old.
+writer of the pipeline is connected to before it writes a segment. The process starts when the
+pipeline first needs a segment, not with the pipeline: until then a writer sends its buffers
+inline, and the consumer starts the process when it receives the first large inline buffer (most
+pipelines, whose arrays are small or fit the workers' rings, never start one). Then, when the
+consumer's connection closes (it closed the pipeline, or it was killed, even by SIGKILL) the
+segments sent but never received are removed at once, and again when the last writer is gone
+(see that module). A runner's ``close()`` removes them as well. Segments of a consumer whose
+clean-up process was also killed are removed by the next pipeline that starts, once they are 10
+minutes old.
 
 Segments are created directly (``os.open`` + ``mmap``) rather than through
 ``multiprocessing.shared_memory.SharedMemory``, whose resource tracker would start an extra
@@ -31,6 +35,7 @@ high-water mark bounds the number of *messages* in flight, and a segment's messa
 
 from __future__ import annotations
 
+import atexit
 import glob
 import itertools
 import logging
@@ -61,6 +66,7 @@ __all__ = [
     "new_prefix",
     "open_segment",
     "shm_available",
+    "start_space",
 ]
 
 logger = logging.getLogger("dataflow.parallel")
@@ -72,7 +78,7 @@ MIN_FREE_BYTES = 256 * 1024 * 1024
 MAX_IN_FLIGHT_BYTES = 256 * 1024 * 1024
 #: seconds a writer waits for the clean-up process to accept it (it may still be starting)
 ACCEPT_TIMEOUT = 30.0
-#: seconds ``SegmentSpace.close()`` waits for its clean-up process to exit
+#: seconds the interpreter's exit waits for clean-up processes still ending, before it kills them
 REAPER_EXIT_TIMEOUT = 10.0
 
 
@@ -98,6 +104,12 @@ def _mib(n: int) -> str:
 # parent has gone; the child connects on its own when it writes its first segment.
 _links: dict[str, socket.socket | None] = {}
 _links_lock = threading.Lock()
+#: clean-up processes of closed spaces, maybe still exiting
+_ending: list[subprocess.Popen] = []
+#: the spaces of which this process is the consumer, by prefix (a forked child owns none)
+_owned: dict[str, SegmentSpace] = {}
+#: what ``_link`` returns while the pipeline's clean-up process has not started
+NOT_STARTED = "its clean-up process has not started yet"
 
 
 def _forget_links_in_child() -> None:
@@ -107,6 +119,8 @@ def _forget_links_in_child() -> None:
         if sock is not None:
             sock.close()  # closes this process's copy only: the parent's stays connected
     _links.clear()
+    _ending.clear()  # the parent's clean-up processes are not this child's to collect
+    _owned.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -118,7 +132,8 @@ def _reaper_address(prefix: str) -> str:
 
 
 def _connect(prefix: str) -> socket.socket | None:
-    """A connection accepted by ``prefix``'s clean-up process, or None (it is gone)."""
+    """A connection accepted by ``prefix``'s clean-up process, or None (it has not started,
+    no longer accepts writers, or is gone: nobody listens at its address then)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.settimeout(ACCEPT_TIMEOUT)
@@ -144,13 +159,17 @@ def _alive(sock: socket.socket) -> bool:
 
 def _link(prefix: str) -> str | None:
     """Make sure this process is connected to ``prefix``'s clean-up process; None if it is,
-    else why not."""
+    else why not (:data:`NOT_STARTED` while there is none to connect to)."""
+    space = _owned.get(prefix)
+    if space is not None:  # the consumer's own writer: it starts the process itself
+        space.start()
     with _links_lock:
-        if prefix not in _links:
-            _links[prefix] = _connect(prefix)
-        sock = _links[prefix]
-    if sock is None:
-        return "its clean-up process does not accept writers (the pipeline was closed)"
+        sock = _links.get(prefix)
+        if sock is None:
+            sock = _connect(prefix)
+            if sock is None:
+                return NOT_STARTED  # (tried again at the next buffer: a connect is cheap)
+            _links[prefix] = sock
     if not _alive(sock):
         return "its clean-up process is gone"
     return None
@@ -185,17 +204,20 @@ class SegmentSpace:
     that removes them when the consumer and every writer are gone (see the module docstring).
 
     :meth:`open` returns None, after a ``RuntimeWarning``, when shared memory should not be
-    used: ``/dev/shm`` has too little free space, or the clean-up process cannot start.
-    :meth:`close` (idempotent) removes the segments never received and ends the process: call it
-    after the workers have stopped.
+    used because ``/dev/shm`` has too little free space. :meth:`start` starts the clean-up
+    process (the first large inline buffer received calls it, through :func:`start_space`).
+    :meth:`close` (idempotent) removes the segments never received and lets the process end:
+    call it after the workers have stopped.
     """
 
-    def __init__(self, prefix: str, proc: subprocess.Popen, link: socket.socket) -> None:
+    def __init__(self, prefix: str) -> None:
         self.prefix = prefix
-        self._proc = proc
-        self._link = link
+        self._proc: subprocess.Popen | None = None
+        self._link: socket.socket | None = None
         self._pid = os.getpid()
         self._closed = False
+        self._failed = False
+        self._lock = threading.Lock()
 
     @classmethod
     def open(cls) -> SegmentSpace | None:
@@ -204,15 +226,27 @@ class SegmentSpace:
             cls._warn(f"{SHM_DIR} has only {_mib(free)} free, less than the {_mib(MIN_FREE_BYTES)} "
                       "that shared memory leaves free")
             return None
-        prefix = new_prefix()
-        try:
-            proc, link = _start_reaper(prefix)
-        except OSError as e:
-            cls._warn(f"its clean-up process could not start ({type(e).__name__}: {e})")
-            return None
-        with _links_lock:
-            _links[prefix] = link  # the writers of this process use the owner's connection
-        return cls(prefix, proc, link)
+        space = cls(new_prefix())
+        _owned[space.prefix] = space
+        return space
+
+    @property
+    def started(self) -> bool:
+        return self._proc is not None
+
+    def start(self) -> bool:
+        """Start the clean-up process, once; whether writers can use segments now."""
+        with self._lock:
+            if self._proc is None and not (self._closed or self._failed):
+                try:
+                    self._proc, self._link = _start_reaper(self.prefix)
+                except OSError as e:
+                    self._failed = True
+                    self._warn(f"its clean-up process could not start ({type(e).__name__}: {e})")
+                    return False
+                with _links_lock:
+                    _links[self.prefix] = self._link  # this process writes through the owner's
+            return self._proc is not None and not self._closed
 
     @staticmethod
     def _warn(why: str) -> None:
@@ -226,19 +260,59 @@ class SegmentSpace:
         )
 
     def close(self) -> None:
-        if self._closed or os.getpid() != self._pid:
-            return
-        self._closed = True
+        with self._lock:
+            if self._closed or os.getpid() != self._pid:
+                return
+            self._closed = True
+        _owned.pop(self.prefix, None)
         cleanup_segments(self.prefix)
         with _links_lock:
             _links.pop(self.prefix, None)
+        if self._proc is None:
+            return
+        # The clean-up process exits by itself once it reads the end of this connection (the
+        # writers are gone by now). Waiting for it here would cost a pipeline's close the
+        # process's whole start-up when the pipeline was short-lived: it is reaped later instead.
+        assert self._link is not None
         self._link.close()
+        _ending.append(self._proc)
+        reap_ended()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the clean-up process to exit (after :meth:`close`); its exit status (None:
+        it never started)."""
+        if self._proc is None:
+            return None
+        code = self._proc.wait(timeout)
+        reap_ended()
+        return code
+
+
+def start_space(prefix: str) -> None:
+    """Start the clean-up process of this process's space ``prefix`` (if it is ours and open):
+    a writer sent a large buffer inline because there was none."""
+    space = _owned.get(prefix)
+    if space is not None:
+        space.start()
+
+
+def reap_ended() -> None:
+    """Collect the clean-up processes of closed spaces that have exited (no zombie is left)."""
+    _ending[:] = [p for p in _ending if p.poll() is None]
+
+
+@atexit.register
+def _end_reapers() -> None:
+    # a clean-up process outliving the interpreter would be a writer's leak: give them the time
+    # they need to sweep, then end them
+    deadline = time.monotonic() + REAPER_EXIT_TIMEOUT
+    for proc in _ending:
         try:
-            self._proc.wait(REAPER_EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:  # a writer outlived the close: it is ours to end
-            self._proc.kill()
-            self._proc.wait()
-        cleanup_segments(self.prefix)
+            proc.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    _ending.clear()
 
 
 class SharedMemoryWriter:
@@ -283,7 +357,8 @@ class SharedMemoryWriter:
             return None  # the consumer is behind: the ZeroMQ high-water mark bounds the rest
         why = _link(self.space)
         if why is not None:
-            self._fall_back(why)
+            if why is not NOT_STARTED:  # (not a fallback: the consumer starts it now)
+                self._fall_back(why)
             return None
         free = _free_bytes()
         if free - nbytes < MIN_FREE_BYTES:

@@ -141,7 +141,7 @@ class MultiProcessRunnerZMQ(RunnerBase):
         name = type(self).__name__
         method = get_context(self.start_method).get_start_method()
         rings = make_rings(self.use_shm, method, self.num_proc)
-        transport = ZmqRunnerTransport(endpoint, self.hwm, res, rings, name)
+        transport = ZmqRunnerTransport(endpoint, self.hwm, res, rings, name, shm_prefix)
         if endpoint.needs_early_bind:  # tcp: the port is known only once bound
             transport.bind()
         parent = parent_info()
