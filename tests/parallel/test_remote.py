@@ -190,8 +190,11 @@ def test_drops_are_logged_at_most_once_per_interval(caplog):
 
 # ---- a fuzzed sender next to a real one ------------------------------------------------------
 
+#: the integers msgpack can encode (an int64 or a uint64)
+_MSGPACK_INTS = st.integers(-(2**63), 2**64 - 1)
+
 _values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.text(max_size=8)
+    st.none() | st.booleans() | _MSGPACK_INTS | st.text(max_size=8)
     | st.binary(max_size=8),
     lambda inner: st.lists(inner, max_size=3), max_leaves=6,
 )
@@ -211,8 +214,8 @@ _array_fields = st.fixed_dictionaries(
         b"kind": st.sampled_from([b"", b"O", b"V", b"x"]),
         b"type": st.sampled_from(["<f4", "|O", "|u1", "not-a-dtype", "V99999999999", "<M8[D]",
                                   ""]) | st.text(max_size=6),
-        b"shape": st.lists(st.integers(-3, 2**40), max_size=4) | st.integers() | st.none(),
-        b"data": st.binary(max_size=64) | st.text(max_size=4) | st.integers(),
+        b"shape": st.lists(st.integers(-3, 2**40), max_size=4) | _MSGPACK_INTS | st.none(),
+        b"data": st.binary(max_size=64) | st.text(max_size=4) | _MSGPACK_INTS,
     },
 )
 

@@ -14,6 +14,7 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -153,18 +154,27 @@ def _listening(procs: list[psutil.Process]) -> list[tuple[str, str, int]]:
     return out
 
 
+def _info(proc: psutil.Process, what: str) -> Any:
+    """``proc.name()`` or ``proc.cmdline()``; None for a process that has ended meanwhile (a
+    Ray worker that finished, a zombie not yet collected)."""
+    try:
+        return getattr(proc, what)()
+    except (psutil.NoSuchProcess, psutil.AccessDenied):  # (ZombieProcess is a NoSuchProcess)
+        return None
+
+
 def test_a_local_ray_started_by_a_flow_listens_on_loopback_only_and_has_no_dashboard():
     with RayMapData(flows.Range(6), 1, flows.double, strict=True, ordered=True) as m:
         assert [dp[0] for dp in m] == [0, 2, 4, 6, 8, 10]
         assert ray.util.get_node_ip_address() == "127.0.0.1"
         family = [psutil.Process(), *psutil.Process().children(recursive=True)]
-        names = {p.name() for p in family}
+        names = {_info(p, "name") for p in family}
         assert {"gcs_server", "raylet"} <= names  # (the processes looked at are Ray's)
         sockets = _listening(family)
         assert {name for name, _, _ in sockets} >= {"gcs_server", "raylet"}
         assert [s for s in sockets if s[1] not in LOOPBACK] == []
         # no dashboard (Ray runs its head process for usage statistics only, without the web UI)
-        cmdlines = [p.cmdline() for p in family]
+        cmdlines = [_info(p, "cmdline") or [] for p in family]
         heads = [c for c in cmdlines if any(a.endswith("ray/dashboard/dashboard.py") for a in c)]
         assert all("--disable-frontend" in c and "--minimal" in c for c in heads)
     # the driver's environment is as it was

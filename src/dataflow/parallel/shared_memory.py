@@ -272,20 +272,19 @@ class SegmentSpace:
             return
         # The clean-up process exits by itself once it reads the end of this connection (the
         # writers are gone by now). Waiting for it here would cost a pipeline's close the
-        # process's whole start-up when the pipeline was short-lived: it is reaped later instead.
+        # process's whole start-up when the pipeline was short-lived: a thread collects it.
         assert self._link is not None
         self._link.close()
         _ending.append(self._proc)
-        reap_ended()
+        threading.Thread(target=_collect, args=(self._proc,), name="dataflow-shm-collect",
+                         daemon=True).start()
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the clean-up process to exit (after :meth:`close`); its exit status (None:
         it never started)."""
         if self._proc is None:
             return None
-        code = self._proc.wait(timeout)
-        reap_ended()
-        return code
+        return self._proc.wait(timeout)
 
 
 def start_space(prefix: str) -> None:
@@ -296,9 +295,13 @@ def start_space(prefix: str) -> None:
         space.start()
 
 
-def reap_ended() -> None:
-    """Collect the clean-up processes of closed spaces that have exited (no zombie is left)."""
-    _ending[:] = [p for p in _ending if p.poll() is None]
+def _collect(proc: subprocess.Popen) -> None:
+    """Wait for a closed space's clean-up process to exit, and collect it (no zombie is left)."""
+    proc.wait()
+    try:
+        _ending.remove(proc)
+    except ValueError:  # (the interpreter's exit collected it first)
+        pass
 
 
 @atexit.register
@@ -306,7 +309,7 @@ def _end_reapers() -> None:
     # a clean-up process outliving the interpreter would be a writer's leak: give them the time
     # they need to sweep, then end them
     deadline = time.monotonic() + REAPER_EXIT_TIMEOUT
-    for proc in _ending:
+    for proc in list(_ending):
         try:
             proc.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
