@@ -234,17 +234,18 @@ class InputScope:
     input's key (about 2 us), so inputs that draw nothing cost nothing.
     """
 
-    __slots__ = ("_counter", "_keys", "_owners", "entropy", "spawn_key", "token")
+    __slots__ = ("_input", "_keys", "_owners", "entropy", "spawn_key", "token")
 
     def __init__(self, entropy: int, spawn_key: tuple[int, ...]) -> None:
         self.entropy, self.spawn_key = entropy, tuple(spawn_key)
         self._keys: dict[tuple, np.ndarray] = {}
         self._owners: dict[tuple, tuple[np.random.RandomState, object]] = {}
-        self._counter = np.zeros(4, dtype=np.uint64)
+        self._input = (0, 0)
         self.token: object = None
 
     def begin(self, epoch: int, pos: int) -> None:
-        self._counter = np.array([pos, epoch + 1, 0, 0], dtype=np.uint64)
+        # (the hot path of every map worker: the counter is built at the first draw only)
+        self._input = (epoch, pos)
         self.token = object()
 
     def rng(self, owner: tuple) -> np.random.RandomState:
@@ -257,9 +258,10 @@ class InputScope:
                 self.entropy, spawn_key=(*self.spawn_key, len(owner), *owner)
             ).generate_state(2, np.uint64)
         r = cached[0] if cached is not None else np.random.RandomState(np.random.Philox(key=key))
+        epoch, pos = self._input
         r.set_state({
             "bit_generator": "Philox",
-            "state": {"counter": self._counter.copy(), "key": key},
+            "state": {"counter": np.array([pos, epoch + 1, 0, 0], dtype=np.uint64), "key": key},
             "buffer": np.zeros(4, dtype=np.uint64), "buffer_pos": 4,
             "has_uint32": 0, "uinteger": 0, "has_gauss": 0, "gauss": 0.0,
         })

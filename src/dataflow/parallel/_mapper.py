@@ -11,6 +11,7 @@ and which inputs after it were already delivered.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -34,6 +35,42 @@ from dataflow.validation import check_callable, check_positive_int, known_length
 __all__ = ["Checkpoints", "MapperBase"]
 
 _END = object()
+
+
+class _Reader:
+    """What :meth:`Checkpoints.read` returns: an iterator, and ``take(n)``, the next ``n``
+    items at once (the scheduler's path: the items between two checkpoints are taken by
+    ``itertools.islice``, without a Python step per item)."""
+
+    __slots__ = ("ckpt", "it")
+
+    def __init__(self, ckpt: Checkpoints, it: Iterator[Any], origin: int) -> None:
+        self.ckpt, self.it = ckpt, it
+        ckpt.position = origin
+
+    def take(self, n: int) -> list[Any]:
+        ckpt, out = self.ckpt, []
+        while n > 0:
+            pos = ckpt.position
+            if pos >= ckpt.next_at:  # before the child reads position pos
+                ckpt._take(pos)
+            want = min(n, ckpt.next_at - pos)
+            got = list(itertools.islice(self.it, want))
+            ckpt.position = pos + len(got)
+            out += got
+            if len(got) < want:
+                break  # the child's stream is over
+            n -= want
+        return out
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        got = self.take(1)
+        if not got:
+            raise StopIteration
+        return got[0]
 
 
 class Checkpoints:
@@ -68,19 +105,10 @@ class Checkpoints:
         self._last = (self.pacer.saved(start), pos)
         self.next_at = pos + self.every
 
-    def read(self, items: Iterator[Any], origin: int) -> Iterator[Any]:
+    def read(self, items: Iterator[Any], origin: int) -> _Reader:
         """``items`` (the child's stream from position ``origin``), taking checkpoints between
         two reads when they are due."""
-        self.position = pos = origin
-        it = iter(items)
-        while True:
-            if pos >= self.next_at:  # before the child reads position pos
-                self._take(pos)
-            item = next(it, _END)
-            if item is _END:
-                return
-            self.position = pos = pos + 1
-            yield item
+        return _Reader(self, iter(items), origin)
 
     def _take(self, pos: int) -> None:
         """Save the child's state before position ``pos`` is read, and drop the checkpoints

@@ -130,26 +130,38 @@ class MapScheduler:
         source = self._source
         chunk_size = self.chunk_size
         while not self._source_done:
-            room = self.buffer_size - self._in_flight()
+            # (called for every result: the in-flight count is inlined)
+            n_out = len(self._outstanding)
+            room = self.buffer_size - n_out - len(self._done) - len(self._ready)
             # wait for room for a whole chunk, unless the workers are about to run dry
-            if room <= 0 or (room < chunk_size and len(self._outstanding) >= chunk_size):
+            if room <= 0 or (room < chunk_size and n_out >= chunk_size):
                 return
             room = min(chunk_size, room)
             # take the inputs first: if the source raises, nothing is half-registered
-            items = list(itertools.islice(source, room))  # type: ignore[arg-type]
+            take = getattr(source, "take", None)
+            items = (take(room) if take is not None
+                     else list(itertools.islice(source, room)))  # type: ignore[arg-type]
             if len(items) < room:
                 self._source_done = True
             if not items:
                 return
             first = self._next_index
             self._next_index += len(items)
-            chunk = []
-            epoch, stream = self._key_epoch, self._stream_position
+            epoch = self._key_epoch
             k = first - self._epoch_start
-            for idx, (pos, dp) in enumerate(items, first):
-                self._outstanding[idx] = pos
-                chunk.append((idx, (epoch, stream(k)), dp))
-                k += 1
+            outstanding, chunk = self._outstanding, []
+            if k >= len(self._base_pending):  # (the usual case: consecutive stream positions)
+                p = self._base_read + k - len(self._base_pending)
+                for idx, (pos, dp) in enumerate(items, first):
+                    outstanding[idx] = pos
+                    chunk.append((idx, (epoch, p), dp))
+                    p += 1
+            else:
+                stream = self._stream_position
+                for idx, (pos, dp) in enumerate(items, first):
+                    outstanding[idx] = pos
+                    chunk.append((idx, (epoch, stream(k)), dp))
+                    k += 1
             self.transport.submit(chunk)
 
     def _handle(self, msg: tuple) -> None:
