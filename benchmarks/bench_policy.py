@@ -3,9 +3,10 @@ the default ``"raise"``), on a trivial map where nothing else hides it.
 
     .venv/bin/python benchmarks/bench_policy.py [--n 200000] [--rounds 5]
 
-Stages: ``MapData`` (in the consumer) and ``MultiThreadMapData`` (2 threads, strict). Reported: ns per
-input of each (best of ``rounds``, alternating) and the difference; an ImageNet-style input costs
-about 1 ms to decode and augment, so the difference over 1 ms is the policy's share end to end.
+Stages: ``MapData`` (in the consumer) and ``MultiThreadMapData`` (2 threads, strict). Reported:
+ns per input of each (best of ``rounds``, alternating) and the difference; an ImageNet-style
+input costs about 1 ms to decode and augment, so the difference over 1 ms is the policy's share
+end to end.
 """
 
 from __future__ import annotations
