@@ -18,7 +18,7 @@ from tests.dataset.writers import bytes_io_tar
 
 
 def _leftovers(folder) -> list[str]:
-    return sorted(n for n in os.listdir(folder) if n.endswith(".part") or ".extract" in n)
+    return sorted(n for n in os.listdir(folder) if ".tmp-" in n or ".extract" in n)
 
 
 def test_dataset_path_prefers_dataflow_env(monkeypatch, tmp_path):

@@ -23,6 +23,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 
 from dataflow.errors import DatasetNotFoundError, DownloadError
+from dataflow.serialize._atomic_write import atomic_output
 
 __all__ = [
     "DATASET_ENV_VARS",
@@ -121,44 +122,41 @@ def download(
         return target
     created = _missing_dirs(dir)
     os.makedirs(dir, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{filename}.", suffix=".part", dir=dir)
     try:
-        with os.fdopen(fd, "wb") as out, urlopen(url, timeout=_TIMEOUT_S) as resp:
-            total = expect_size
-            if total is None:
-                length = resp.headers.get("Content-Length") if resp.headers else None
-                total = int(length) if length and length.isdigit() else None
-            bar = _progress(total, filename)
-            digest = hashlib.md5(usedforsecurity=False)
-            try:
-                while chunk := resp.read(_CHUNK):
-                    out.write(chunk)
-                    digest.update(chunk)
+        # (the one atomic save of the package: a temporary file next to the target, synced and
+        # renamed onto it only when every check passed, removed on any failure)
+        with atomic_output(target, "download", overwrite=True) as tmp:
+            with open(tmp, "wb") as out, urlopen(url, timeout=_TIMEOUT_S) as resp:
+                total = expect_size
+                if total is None:
+                    length = resp.headers.get("Content-Length") if resp.headers else None
+                    total = int(length) if length and length.isdigit() else None
+                bar = _progress(total, filename)
+                digest = hashlib.md5(usedforsecurity=False)
+                try:
+                    while chunk := resp.read(_CHUNK):
+                        out.write(chunk)
+                        digest.update(chunk)
+                        if bar is not None:
+                            bar.update(len(chunk))
+                finally:
                     if bar is not None:
-                        bar.update(len(chunk))
-            finally:
-                if bar is not None:
-                    bar.close()
-        size = os.path.getsize(tmp)
-        if size == 0:
-            raise DownloadError(f"downloading {url} gave an empty file")
-        if expect_size is not None and size != expect_size:
-            raise DownloadError(
-                f"downloading {url} gave {size} bytes, expected {expect_size}; the download "
-                "was incomplete or the file changed upstream"
-            )
-        if expect_md5 is not None and digest.hexdigest() != expect_md5.lower():
-            raise DownloadError(
-                f"downloading {url} gave a file with MD5 {digest.hexdigest()}, expected "
-                f"{expect_md5}; the download is corrupt or the file changed upstream"
-            )
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a dataset folder may be shared
-        os.replace(tmp, target)
+                        bar.close()
+            size = os.path.getsize(tmp)
+            if size == 0:
+                raise DownloadError(f"downloading {url} gave an empty file")
+            if expect_size is not None and size != expect_size:
+                raise DownloadError(
+                    f"downloading {url} gave {size} bytes, expected {expect_size}; the download "
+                    "was incomplete or the file changed upstream"
+                )
+            if expect_md5 is not None and digest.hexdigest() != expect_md5.lower():
+                raise DownloadError(
+                    f"downloading {url} gave a file with MD5 {digest.hexdigest()}, expected "
+                    f"{expect_md5}; the download is corrupt or the file changed upstream"
+                )
+            os.chmod(tmp, 0o644)  # whatever the umask: a dataset folder may be shared
     except BaseException:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
         for d in created:  # a failed download leaves no empty folder behind
             try:
                 os.rmdir(d)
