@@ -94,6 +94,8 @@ def test_name_and_signature(name):
 LEGACY = {
     "ThreadedMapData": "(ds, nr_thread=None, map_func=None, buffer_size=200, strict=False)",
     "LMDBDataPoint": "(lmdb_path, shuffle=True)",
+    "MultiProcessMapDataComponentSharedArray": (
+        "(ds, num_proc, map_func, output_shape, output_dtype, index=0)"),
 }
 
 
@@ -102,6 +104,68 @@ def test_legacy_name_and_signature(name):
     obj = getattr(dataflow, name)
     assert name in dataflow.__all__
     assert _positional(obj).replace(" ", "") == LEGACY[name].replace(" ", "")
+
+
+# tensorpack's module paths (``tensorpack.dataflow.<module>``, ``tensorpack.input_source.<module>``)
+# and the public names each one has, which old code imports from there
+MODULES = {
+    "base": "DataFlow ProxyDataFlow RNGDataFlow DataFlowTerminated",
+    "common": "TestDataSpeed PrintData BatchData BatchDataByShape FixedSizeData MapData "
+              "MapDataComponent RepeatedData RepeatedDataPoint RandomChooseData RandomMixData "
+              "JoinData ConcatData SelectComponent LocallyShuffleData CacheData",
+    "raw": "FakeData DataFromQueue DataFromList DataFromGenerator DataFromIterable",
+    "format": "HDF5Data LMDBData LMDBDataDecoder CaffeLMDB SVMLightData LMDBDataPoint",
+    "image": "ImageFromFile AugmentImageComponent AugmentImageCoordinates "
+             "AugmentImageComponents",
+    "parallel": "MultiProcessRunner MultiProcessRunnerZMQ MultiThreadRunner PrefetchData "
+                "MultiProcessPrefetchData PrefetchDataZMQ MultiThreadPrefetchData",
+    "parallel_map": "MultiThreadMapData MultiProcessMapDataZMQ MultiProcessMapAndBatchDataZMQ "
+                    "MultiProcessMapData MultiProcessMapAndBatchData ThreadedMapData "
+                    "MultiProcessMapDataComponentSharedArray",
+    "remote": "RemoteDataZMQ send_dataflow_zmq",
+    "serialize": "LMDBSerializer NumpySerializer TFRecordSerializer HDF5Serializer",
+    "imgaug.base": "ImageAugmentor Augmentor AugmentorList PhotometricAugmentor",
+    "imgaug.transform": "Transform ResizeTransform CropTransform FlipTransform TransformList "
+                        "TransformFactory",
+    "imgaug.convert": "ColorSpace Grayscale ToUint8 ToFloat32",
+    "imgaug.crop": "RandomCrop CenterCrop RandomCropRandomShape GoogleNetRandomCropAndResize "
+                   "RandomCutout",
+    "imgaug.geometry": "Shift Rotation RotationAndCropValid Affine",
+    "imgaug.imgproc": "Hue Brightness BrightnessScale Contrast MeanVarianceNormalize "
+                      "GaussianBlur Gamma Clip Saturation Lighting MinMaxNormalize",
+    "imgaug.meta": "RandomChooseAug MapImage Identity RandomApplyAug RandomOrderAug",
+    "imgaug.misc": "Flip Resize RandomResize ResizeShortestEdge Transpose",
+    "imgaug.noise": "JpegNoise GaussianNoise SaltPepperNoise",
+    "imgaug.paste": "CenterPaste BackgroundFiller ConstantBackgroundFiller RandomPaste",
+    "imgaug.external": "IAAugmentor Albumentations",
+    "input_source.input_source_base": "InputSource remap_input_source",
+    "input_source.input_source": "PlaceholderInput FeedInput FeedfreeInput QueueInput "
+                                 "BatchQueueInput DummyConstantInput TensorInput ZMQInput "
+                                 "TFDatasetInput StagingInput",
+}
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_tensorpack_module_paths_hold_their_names(module):
+    import importlib
+
+    mod = importlib.import_module(f"dataflow.{module}")
+    package = importlib.import_module(f"dataflow.{module.rsplit('.', 1)[0]}"
+                                      if "." in module else "dataflow")
+    for name in MODULES[module].split():
+        assert name in mod.__all__, name
+        # the same object as the package's, not a copy
+        assert getattr(mod, name) is getattr(package, name), name
+
+
+def test_old_module_paths_stay_light():
+    code = ("import sys\n"
+            "import dataflow.common, dataflow.raw, dataflow.format, dataflow.parallel_map\n"
+            "import dataflow.remote, dataflow.input_source.input_source\n"
+            "print([m for m in ('tensorflow', 'cv2', 'lmdb', 'h5py') if m in sys.modules])\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
 
 
 def test_threaded_map_data_is_a_multi_thread_map_data_with_nr_thread():

@@ -36,6 +36,7 @@ from dataflow.parallel.zmq_map import (
     MultiProcessMapAndBatchData,
     MultiProcessMapAndBatchDataZMQ,
     MultiProcessMapData,
+    MultiProcessMapDataComponentSharedArray,
     MultiProcessMapDataZMQ,
 )
 from dataflow.parallel.zmq_runner import MultiProcessRunnerZMQ, PrefetchDataZMQ
@@ -53,7 +54,8 @@ def ThreadedMapData(ds: Any, nr_thread: int | None = None,
 
 __all__ = [
     "MultiProcessMapAndBatchData", "MultiProcessMapAndBatchDataZMQ", "MultiProcessMapData",
-    "MultiProcessMapDataZMQ", "MultiProcessPrefetchData", "MultiProcessRunner",
-    "MultiProcessRunnerZMQ", "MultiThreadMapData", "MultiThreadPrefetchData", "MultiThreadRunner",
-    "PrefetchData", "PrefetchDataZMQ", "RemoteDataZMQ", "ThreadedMapData", "send_dataflow_zmq",
+    "MultiProcessMapDataComponentSharedArray", "MultiProcessMapDataZMQ",
+    "MultiProcessPrefetchData", "MultiProcessRunner", "MultiProcessRunnerZMQ",
+    "MultiThreadMapData", "MultiThreadPrefetchData", "MultiThreadRunner", "PrefetchData",
+    "PrefetchDataZMQ", "RemoteDataZMQ", "ThreadedMapData", "send_dataflow_zmq",
 ]

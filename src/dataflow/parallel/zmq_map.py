@@ -1,4 +1,5 @@
-"""Process mappers over ZeroMQ: ``MultiProcessMapDataZMQ`` and ``MultiProcessMapAndBatchDataZMQ``.
+"""Process mappers over ZeroMQ: ``MultiProcessMapDataZMQ``, ``MultiProcessMapAndBatchDataZMQ``
+and ``MultiProcessMapDataComponentSharedArray``.
 
 Dispatch cannot lose a request (the flaw of tensorpack's DEALER/REP design): see
 :class:`~dataflow.parallel._zmq.ZmqMapTransport`. Each request is a chunk of inputs, sent to
@@ -11,7 +12,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from dataflow.base import DataFlow
+import numpy as np
+
+from dataflow.base import DataFlow, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
 from dataflow.parallel._lifecycle import Resources
 from dataflow.parallel._mapper import MapperBase
@@ -22,7 +25,14 @@ from dataflow.parallel._worker import map_loop
 from dataflow.parallel._zmq import ZmqMapTransport, map_worker_channel
 from dataflow.parallel.shared_memory import Ring, SegmentSpace, make_rings, shm_available
 from dataflow.state import check_state, decode_items, encode_items
-from dataflow.validation import check_int, check_positive_int, known_length, renamed_kwargs
+from dataflow.validation import (
+    check_callable,
+    check_int,
+    check_positive_int,
+    known_length,
+    renamed_kwargs,
+)
+from dataflow.wrappers.map import replace_component
 
 #: inputs within which at most ``max_restarts`` workers are replaced, when the epoch's length
 #: is unknown
@@ -32,6 +42,7 @@ __all__ = [
     "MultiProcessMapAndBatchData",
     "MultiProcessMapAndBatchDataZMQ",
     "MultiProcessMapData",
+    "MultiProcessMapDataComponentSharedArray",
     "MultiProcessMapDataZMQ",
 ]
 
@@ -289,3 +300,84 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
 
 MultiProcessMapData = MultiProcessMapDataZMQ
 MultiProcessMapAndBatchData = MultiProcessMapAndBatchDataZMQ
+
+
+class _ComponentToArray:
+    """Worker-side function of :class:`MultiProcessMapDataComponentSharedArray`: maps one
+    component, checks the result's shape and dtype, and answers ``(new datapoint,)``, or ``()``
+    for a dropped one (a strict mapper takes no ``None``)."""
+
+    def __init__(self, map_func: Callable[[Any], Any], index: Any, shape: tuple[int, ...],
+                 dtype: np.dtype) -> None:
+        self.map_func, self.index, self.shape, self.dtype = map_func, index, shape, dtype
+
+    def __call__(self, dp: Any) -> tuple[Any, ...]:
+        res = self.map_func(dp[self.index])
+        if res is None:
+            return ()
+        if not (isinstance(res, np.ndarray) and res.shape == self.shape
+                and res.dtype == self.dtype):
+            got = (f"an array of shape {res.shape} and dtype {res.dtype}"
+                   if isinstance(res, np.ndarray) else f"a {type(res).__name__}")
+            raise ValueError(
+                f"MultiProcessMapDataComponentSharedArray: map_func returned {got}, but "
+                f"output_shape={self.shape} and output_dtype={self.dtype} were given; return "
+                "an array of exactly that shape and dtype, or None to drop the datapoint."
+            )
+        return (replace_component(dp, self.index, res),)
+
+
+class MultiProcessMapDataComponentSharedArray(ProxyDataFlow):
+    """Maps component ``index`` of each datapoint with ``map_func`` in ``num_proc`` processes,
+    when every result is an array of one fixed ``output_shape`` and ``output_dtype`` (or
+    ``None``, which drops the datapoint), like :class:`~dataflow.MapDataComponent` in parallel.
+
+    tensorpack's name for a mapper whose results come back through shared memory. Here it is a
+    strict, ordered :class:`MultiProcessMapDataZMQ`, whose large results travel through shared
+    memory anyway: each ``__iter__`` is one pass of ``ds`` in its order (tensorpack's own
+    indexed results by worker, so a worker's second result could overwrite its first), and
+    ``len()`` is ``len(ds)``. A result of another shape or dtype raises
+    :class:`~dataflow.errors.WorkerError` naming both. Keywords: as in
+    :class:`MultiProcessMapDataZMQ`.
+    """
+
+    @renamed_kwargs(nr_proc="num_proc")
+    def __init__(
+        self, ds: DataFlow, num_proc: int, map_func: Callable[[Any], Any],
+        output_shape: Any, output_dtype: Any, index: Any = 0, *,
+        buffer_size: int = 200, start_method: str | None = None, use_shm: bool = True,
+        max_restarts: int = 3, seed: int | None = None, on_error: str = "raise",
+        max_errors: int | float | None = None,
+    ) -> None:
+        check_callable(map_func, "map_func")
+        try:
+            shape = tuple(int(d) for d in np.atleast_1d(output_shape))
+            if any(d < 0 for d in shape):
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"`output_shape` must be a tuple of non-negative ints, got {output_shape!r}; "
+                "e.g. output_shape=(224, 224, 3)."
+            ) from None
+        try:
+            dtype = np.dtype(output_dtype)
+        except TypeError:
+            raise TypeError(
+                f"`output_dtype` must be a NumPy dtype, got {output_dtype!r}; e.g. "
+                "output_dtype='uint8'."
+            ) from None
+        self.output_shape, self.output_dtype, self.index = shape, dtype, index
+        self.map_func = map_func
+        self.ds: MultiProcessMapDataZMQ
+        super().__init__(MultiProcessMapDataZMQ(
+            ds, num_proc, _ComponentToArray(map_func, index, shape, dtype),
+            buffer_size=buffer_size, strict=True, ordered=True, start_method=start_method,
+            use_shm=use_shm, max_restarts=max_restarts, seed=seed, on_error=on_error,
+            max_errors=max_errors,
+        ))
+        self.num_proc = self.ds.num_proc
+
+    def __iter__(self) -> Iterator[Any]:
+        for out in self.ds:
+            if out:
+                yield out[0]

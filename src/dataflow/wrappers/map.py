@@ -99,6 +99,14 @@ class MapData(ProxyDataFlow):
             self._restored = True
 
 
+def replace_component(dp: Any, index: Any, value: Any) -> Any:
+    """A shallow copy of datapoint ``dp`` (a list, or a dict; tuples become lists) with
+    component ``index`` replaced by ``value``."""
+    dp = dp[:] if type(dp) is list else dict(dp) if isinstance(dp, dict) else list(dp)
+    dp[index] = value
+    return dp
+
+
 class MapDataComponent(MapData):
     """Applies ``func`` to component ``index`` (an int or a dict key) of each datapoint.
 
@@ -114,13 +122,8 @@ class MapDataComponent(MapData):
         self._set_policy(on_error, max_errors)
 
     def _apply(self, dp: Any) -> Any:
-        index = self.index
-        ret = self.func(dp[index])
-        if ret is None:
-            return None
-        dp = dp[:] if type(dp) is list else dict(dp) if isinstance(dp, dict) else list(dp)
-        dp[index] = ret
-        return dp
+        ret = self.func(dp[self.index])
+        return None if ret is None else replace_component(dp, self.index, ret)
 
     def _run(self, itr: Iterator[Any]) -> Iterator[Any]:
         func, index = self.func, self.index
