@@ -195,6 +195,24 @@ def test_legacy_augmentors_through_get_transform():
     np.testing.assert_allclose(coords, [[(20 - 1.0) / 2, 1.0]])
 
 
+class _OldShiftRight(imgaug.ImageAugmentor):
+    """tensorpack 0.9 style with no parameters: only ``_augment(img, _)`` (and coords)."""
+
+    def _augment(self, img, _):
+        return np.roll(img, 1, axis=1)
+
+    def _augment_coords(self, coords, _):
+        return coords + np.array([1, 0])
+
+
+def test_legacy_augmentor_with_only_augment_gets_none_params():
+    augs = imgaug.AugmentorList([_OldShiftRight()])
+    tfm = augs.get_transform(IMG)
+    np.testing.assert_array_equal(tfm.apply_image(IMG), np.roll(IMG, 1, axis=1))
+    np.testing.assert_array_equal(tfm.apply_coords(np.array([[1.0, 2.0]])), [[2.0, 2.0]])
+    np.testing.assert_array_equal(_OldShiftRight().augment(IMG), np.roll(IMG, 1, axis=1))
+
+
 def test_legacy_usage_of_the_deprecated_api():
     aug = imgaug.Flip(horiz=True, prob=1.0)
     out, tfm = aug.augment_return_params(IMG)

@@ -216,13 +216,15 @@ class ImageAugmentor:
         hook = getattr(self, "_get_augment_params", None) or getattr(
             self, "get_augment_params", None
         )
-        if hook is None or not hasattr(self, "_augment"):
+        if not hasattr(self, "_augment"):
             raise NotImplementedError(
                 f"{type(self).__name__} must implement `get_transform(img)` (or the legacy "
                 "`_get_augment_params(img)` and `_augment(img, params)`)."
             )
         _log_deprecated(f"{type(self).__name__}._get_augment_params/_augment", "get_transform")
-        params = hook(img)
+        # an old-style augmentor with no parameters implements only `_augment(img, _)`: its
+        # parameters are None, as tensorpack's default `_get_augment_params` returned
+        params = None if hook is None else hook(img)
         if isinstance(params, BaseTransform):
             return params
         return _LegacyTransform(self, params)
