@@ -145,6 +145,47 @@ def test_a_bad_message_is_dropped_counted_and_logged(frames, why, caplog):
                    f"{why}"]
 
 
+def test_a_sender_of_a_too_large_message_is_disconnected_before_it_is_read():
+    from zmq.utils.monitor import recv_monitor_message
+
+    zmq = import_zmq()
+    addr = f"tcp://127.0.0.1:{_free_port()}"
+    recv = RemoteDataZMQ(addr, max_message_size=10_000)
+    it = iter(recv)
+    ctx = zmq.Context()
+    big, good = ctx.socket(zmq.PUSH), ctx.socket(zmq.PUSH)
+    events = big.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    got: list = []
+    first = threading.Thread(target=lambda: got.append(next(it)))  # binds, then waits
+    try:
+        first.start()
+        big.connect(addr)
+        big.send_multipart([b"M", dumps_msgpack(["big", b"\0" * 100_000])])
+        # the receiver drops the connection at the frame's header, without reading the frame
+        assert events.poll(10_000), "the large message's sender was not disconnected"
+        assert recv_monitor_message(events)["event"] == zmq.EVENT_DISCONNECTED
+        good.connect(addr)
+        for i in range(3):
+            good.send_multipart(_ok(i))
+        first.join(10)
+        got.extend(itertools.islice(it, 2))
+    finally:
+        it.close()
+        big.disable_monitor()
+        for sock in (events, big, good):
+            sock.close(linger=0)
+        ctx.term()
+    assert got == [["ok", 0], ["ok", 1], ["ok", 2]]
+    assert (recv.cnt1, recv.dropped) == (3, 0)
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True])
+def test_bad_max_message_size(bad):
+    with pytest.raises(ValueError, match=rf"`max_message_size` must be a positive int, got "
+                                         rf"{bad!r} .*pass e.g. max_message_size=1073741824"):
+        RemoteDataZMQ("tcp://127.0.0.1:1", max_message_size=bad)
+
+
 def test_the_other_format_is_dropped_with_the_fix(caplog):
     zmq = import_zmq()
     addr = f"tcp://127.0.0.1:{_free_port()}"

@@ -286,6 +286,10 @@ class RemoteDataZMQ(DataFlow):
 
     A message that is not a datapoint in that format is dropped, counted in ``dropped`` and
     logged (rate-limited, see the module docstring): one bad sender cannot stop the others.
+    ``max_message_size`` (bytes, default unlimited as in tensorpack) bounds what one sender can
+    make the receiver hold: ZeroMQ disconnects a sender whose message has a frame larger than
+    that before reading it (the sender reconnects; that message is lost, and not counted).
+    A datapoint's frame is its whole serialized body: set it above your largest datapoint.
 
     Not resumable beyond its counters: ``state_dict()`` saves ``cnt1``/``cnt2``/``dropped``
     only.
@@ -301,9 +305,12 @@ class RemoteDataZMQ(DataFlow):
         bind: bool = True,
         *,
         format: str | None = None,
+        max_message_size: int | None = None,
     ) -> None:
         self._addr1, self._addr2 = addr1, addr2
         self._hwm = check_positive_int(hwm, "hwm", 50)
+        self._max_size = (None if max_message_size is None else
+                          check_positive_int(max_message_size, "max_message_size", 1 << 30))
         self._bind = bind
         self._tag = _check_format(format)
         self._guard = DataFlowReentrantGuard(type(self).__name__)
@@ -333,6 +340,8 @@ class RemoteDataZMQ(DataFlow):
     def _socket(self, ctx: Any, zmq: Any, addr: str) -> Any:
         sock = ctx.socket(zmq.PULL)
         sock.setsockopt(zmq.RCVHWM, self._hwm)
+        if self._max_size is not None:
+            sock.setsockopt(zmq.MAXMSGSIZE, self._max_size)
         if self._bind:
             sock.bind(addr)
         else:
