@@ -46,7 +46,11 @@ def test_alias(alias, target):
 
 
 # older names that construct the current class with the older parameter names
-LEGACY = {"ThreadedMapData": "(ds, nr_thread=None, map_func=None, buffer_size=200, strict=False)"}
+LEGACY = {
+    "ThreadedMapData": "(ds, nr_thread=None, map_func=None, buffer_size=200, strict=False)",
+    "MultiProcessMapDataComponentSharedArray": (
+        "(ds, num_proc, map_func, output_shape, output_dtype, index=0)"),
+}
 
 
 @pytest.mark.parametrize("name", sorted(LEGACY))
