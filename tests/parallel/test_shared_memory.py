@@ -18,7 +18,7 @@ import numpy as np
 import psutil
 import pytest
 
-from dataflow.parallel import shared_memory
+from dataflow.parallel import _segments
 from dataflow.parallel.shared_memory import (
     SHM_DIR,
     Ring,
@@ -101,7 +101,7 @@ def _reapers() -> list[psutil.Process]:
 
 
 def test_the_clean_up_process_starts_with_the_first_large_inline_buffer(space):
-    from dataflow.parallel._zmq import SHM_MIN_BYTES, FrameDecoder
+    from dataflow.parallel._wire import SHM_MIN_BYTES, FrameDecoder
 
     assert not space.started and _reapers() == []
     decoder = FrameDecoder(None, space.prefix)
@@ -118,7 +118,7 @@ def test_the_clean_up_process_starts_with_the_first_large_inline_buffer(space):
 
 def _inline(arr: np.ndarray) -> list:
     """The frames of ``arr`` as a worker sends them when it writes no segment."""
-    from dataflow.parallel._zmq import FrameCodec
+    from dataflow.parallel._wire import FrameCodec
 
     frames = FrameCodec(None).encode(arr)
     assert len(frames) == 3  # head, meta, the buffer inline
@@ -144,7 +144,7 @@ def test_a_pipeline_starts_its_clean_up_process_only_for_segments(size):
 
 
 def test_falls_back_and_logs_once_when_space_is_short(space, monkeypatch, caplog):
-    monkeypatch.setattr(shared_memory, "MIN_FREE_BYTES", 1 << 62)
+    monkeypatch.setattr(_segments, "MIN_FREE_BYTES", 1 << 62)
     w = SharedMemoryWriter(space.prefix, 0)
     with caplog.at_level(logging.WARNING, logger="dataflow.parallel"):
         assert w.write(memoryview(b"abc")) is None
@@ -158,7 +158,7 @@ def test_falls_back_and_logs_once_when_space_is_short(space, monkeypatch, caplog
 
 
 def test_a_pipeline_warns_once_when_dev_shm_is_short(monkeypatch):
-    monkeypatch.setattr(shared_memory, "MIN_FREE_BYTES", 1 << 62)
+    monkeypatch.setattr(_segments, "MIN_FREE_BYTES", 1 << 62)
     with pytest.warns(RuntimeWarning) as record:
         assert SegmentSpace.open() is None
     assert len(record) == 1
@@ -277,7 +277,7 @@ def test_stale_segments_of_dead_consumers_are_removed():
     proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)
     dead = int(proc.stdout)
-    old = time.time() - shared_memory.STALE_SECONDS - 60
+    old = time.time() - _segments.STALE_SECONDS - 60
     paths = {
         "dead-old": os.path.join(SHM_DIR, f"dataflow-{dead}-stale0-0-0"),
         "dead-new": os.path.join(SHM_DIR, f"dataflow-{dead}-stale1-0-0"),
@@ -312,7 +312,7 @@ import json, sys, time, warnings
 import numpy as np
 from dataflow.base import DataFlow
 from dataflow.parallel import MultiProcessMapDataZMQ, MultiProcessRunnerZMQ
-from dataflow.parallel import shared_memory
+from dataflow.parallel import _segments
 from dataflow.sources import DataFromList
 
 kind, mib, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -329,7 +329,7 @@ def big(dp):
     return [dp[0], np.full(size, dp[0] % 251, np.uint8)]
 
 if len(sys.argv) > 4:  # no free-space check: only posix_fallocate stands before a SIGBUS
-    shared_memory.MIN_FREE_BYTES = -(1 << 40)
+    _segments.MIN_FREE_BYTES = -(1 << 40)
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     if kind == "runner":

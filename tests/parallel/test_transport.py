@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 
-from dataflow.parallel._zmq import (
+from dataflow.parallel._wire import (
     OOB_MIN_BYTES,
     PLAIN_DECODER,
     Endpoint,

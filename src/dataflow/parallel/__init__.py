@@ -12,7 +12,11 @@ other:
   and resumable state;
 * ``_lifecycle``: start, stop and clean-up of every runner and mapper;
 * ``_processes``: worker processes (start methods, bootstrap, parent death, ``ProcessPool``);
-* ``_zmq`` and ``shared_memory``: the ZeroMQ transport and shared-memory buffers.
+* ``_wire`` (frames, endpoints) and ``_zmq`` (the consumer's and workers' sockets): the
+  ZeroMQ transport;
+* ``shared_memory``: large buffers between processes, over ``_segments`` (the files in
+  ``/dev/shm``), ``_shm_space`` (a pipeline's segments, their clean-up process, the
+  writers) and ``_ring`` (a forked worker's shared ring).
 
 Back ends: ``thread`` (threads), ``process`` (a ``multiprocessing`` queue), ``zmq_map`` and
 ``zmq_runner`` (ZeroMQ), ``remote`` (across machines), and :mod:`dataflow.ray`. Worker errors

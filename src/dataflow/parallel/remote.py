@@ -31,7 +31,7 @@ import msgpack
 import numpy as np
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard
-from dataflow.parallel._zmq import import_zmq
+from dataflow.parallel._wire import import_zmq
 from dataflow.state import check_state
 from dataflow.validation import check_positive_int, known_length
 

@@ -17,8 +17,9 @@ from dataflow.parallel._processes import (
     worker_bootstrap,
 )
 from dataflow.parallel._runner import RunnerBase
+from dataflow.parallel._wire import Endpoint
 from dataflow.parallel._worker import runner_loop
-from dataflow.parallel._zmq import Endpoint, ZmqRunnerTransport, runner_worker_channel
+from dataflow.parallel._zmq import ZmqRunnerTransport, runner_worker_channel
 from dataflow.parallel.shared_memory import Ring, SegmentSpace, make_rings, shm_available
 from dataflow.validation import check_int, check_positive_int, known_length, renamed_kwargs
 
