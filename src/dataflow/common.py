@@ -1,28 +1,8 @@
-"""tensorpack's ``dataflow.common`` module path, for old code that imports from it
-(``from tensorpack.dataflow.common import BatchData``); the wrappers live in
-:mod:`dataflow.wrappers`."""
+"""tensorpack's ``dataflow.common`` path (old imports): the wrappers of :mod:`dataflow.wrappers`."""
+# ruff: noqa: F403, F405
+from dataflow.wrappers import *
 
-from dataflow.wrappers import (
-    BatchData,
-    BatchDataByShape,
-    CacheData,
-    ConcatData,
-    FixedSizeData,
-    JoinData,
-    LocallyShuffleData,
-    MapData,
-    MapDataComponent,
-    PrintData,
-    RandomChooseData,
-    RandomMixData,
-    RepeatedData,
-    RepeatedDataPoint,
-    SelectComponent,
-    TestDataSpeed,
-)
-
-__all__ = [
-    "BatchData", "BatchDataByShape", "CacheData", "ConcatData", "FixedSizeData", "JoinData",
-    "LocallyShuffleData", "MapData", "MapDataComponent", "PrintData", "RandomChooseData",
-    "RandomMixData", "RepeatedData", "RepeatedDataPoint", "SelectComponent", "TestDataSpeed",
-]
+__all__ = ["BatchData", "BatchDataByShape", "CacheData", "ConcatData", "FixedSizeData",
+           "JoinData", "LocallyShuffleData", "MapData", "MapDataComponent", "PrintData",
+           "RandomChooseData", "RandomMixData", "RepeatedData", "RepeatedDataPoint",
+           "SelectComponent", "TestDataSpeed"]

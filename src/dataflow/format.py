@@ -1,15 +1,6 @@
-"""tensorpack's ``dataflow.format`` module path, for old code that imports from it
-(``from tensorpack.dataflow.format import LMDBData``); the readers live in
-:mod:`dataflow.serialize`. Importing this module does not import lmdb or h5py."""
+"""tensorpack's ``dataflow.format`` path (old imports): the readers of :mod:`dataflow.serialize`
+(importing it imports neither lmdb nor h5py)."""
+# ruff: noqa: F403, F405
+from dataflow.serialize import *
 
-from dataflow.serialize import (
-    CaffeLMDB,
-    HDF5Data,
-    LMDBData,
-    LMDBDataDecoder,
-    LMDBDataPoint,
-    SVMLightData,
-)
-
-__all__ = ["CaffeLMDB", "HDF5Data", "LMDBData", "LMDBDataDecoder", "LMDBDataPoint",
-           "SVMLightData"]
+__all__ = ["CaffeLMDB", "HDF5Data", "LMDBData", "LMDBDataDecoder", "LMDBDataPoint", "SVMLightData"]

@@ -1,19 +1,8 @@
-"""tensorpack's ``dataflow.parallel_map`` module path, for old code that imports from it
-(``from tensorpack.dataflow.parallel_map import MultiThreadMapData``); the mappers live in
+"""tensorpack's ``dataflow.parallel_map`` path (old imports): the mappers of
 :mod:`dataflow.parallel`."""
+# ruff: noqa: F403, F405
+from dataflow.parallel import *
 
-from dataflow.parallel import (
-    MultiProcessMapAndBatchData,
-    MultiProcessMapAndBatchDataZMQ,
-    MultiProcessMapData,
-    MultiProcessMapDataComponentSharedArray,
-    MultiProcessMapDataZMQ,
-    MultiThreadMapData,
-    ThreadedMapData,
-)
-
-__all__ = [
-    "MultiProcessMapAndBatchData", "MultiProcessMapAndBatchDataZMQ", "MultiProcessMapData",
-    "MultiProcessMapDataComponentSharedArray", "MultiProcessMapDataZMQ", "MultiThreadMapData",
-    "ThreadedMapData",
-]
+__all__ = ["MultiProcessMapAndBatchData", "MultiProcessMapAndBatchDataZMQ", "MultiProcessMapData",
+           "MultiProcessMapDataComponentSharedArray", "MultiProcessMapDataZMQ",
+           "MultiThreadMapData", "ThreadedMapData"]

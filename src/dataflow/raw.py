@@ -1,13 +1,5 @@
-"""tensorpack's ``dataflow.raw`` module path, for old code that imports from it
-(``from tensorpack.dataflow.raw import DataFromList``); the sources live in
-:mod:`dataflow.sources`."""
-
-from dataflow.sources import (
-    DataFromGenerator,
-    DataFromIterable,
-    DataFromList,
-    DataFromQueue,
-    FakeData,
-)
+"""tensorpack's ``dataflow.raw`` path (old imports): the sources of :mod:`dataflow.sources`."""
+# ruff: noqa: F403, F405
+from dataflow.sources import *
 
 __all__ = ["DataFromGenerator", "DataFromIterable", "DataFromList", "DataFromQueue", "FakeData"]

@@ -1,5 +1,4 @@
-"""tensorpack's ``dataflow.remote`` module path, for old code that imports from it
-(``from tensorpack.dataflow.remote import send_dataflow_zmq``); the code lives in
+"""tensorpack's ``dataflow.remote`` path (old imports); the code is in
 :mod:`dataflow.parallel.remote`."""
 
 from dataflow.parallel.remote import RemoteDataZMQ, send_dataflow_zmq

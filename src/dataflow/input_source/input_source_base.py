@@ -1,13 +1,7 @@
-"""tensorpack's ``input_source.input_source_base`` module path, for old code that imports
-from it; the code lives in :mod:`dataflow.input_source.base`."""
-
-from dataflow.input_source.base import (
-    FeedfreeInput,
-    InputSource,
-    ProxyInputSource,
-    build_or_reuse_placeholder,
-    remap_input_source,
-)
+"""tensorpack's ``input_source.input_source_base`` path (old imports); the code is in
+:mod:`dataflow.input_source.base`."""
+# ruff: noqa: F403, F405
+from dataflow.input_source.base import *
 
 __all__ = ["FeedfreeInput", "InputSource", "ProxyInputSource", "build_or_reuse_placeholder",
            "remap_input_source"]
