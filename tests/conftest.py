@@ -23,7 +23,29 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 # runs after multiprocessing's and TensorFlow's, which remove their own files (their modules are
 # imported below this point). _no_stray_temp_files checks it at the end of the session.
 _SESSION_PID = os.getpid()
-SESSION_TMP = tempfile.mkdtemp(prefix="dataflow-tests-")
+_SESSION_PREFIX = "dataflow-tests-"
+
+
+def remove_dead_sessions(base: str) -> list[str]:
+    """Remove the temporary directories in ``base`` of test sessions whose process is gone (a
+    session killed by SIGTERM or SIGKILL runs no atexit handler); the names removed."""
+    removed = []
+    for name in sorted(os.listdir(base)):
+        pid = name[len(_SESSION_PREFIX):].split("-", 1)[0]
+        if not (name.startswith(_SESSION_PREFIX) and pid.isdigit()):
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+            removed.append(name)
+        except OSError:  # alive, another user's
+            pass
+    return removed
+
+
+remove_dead_sessions(tempfile.gettempdir())
+SESSION_TMP = tempfile.mkdtemp(prefix=f"{_SESSION_PREFIX}{_SESSION_PID}-")
 os.environ["TMPDIR"] = SESSION_TMP
 tempfile.tempdir = SESSION_TMP
 
