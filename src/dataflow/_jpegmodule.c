@@ -333,6 +333,40 @@ static int run_decode(DecodeJob *job) {
     return 0;
 }
 
+/* What decode() and decode_resize() share: check the window and the mode, get the data and
+   out buffers and fill `job` with the window. 0, or -1 with an exception set and no buffer held;
+   on success the caller releases both buffers. */
+static int decode_job_from(DecodeJob *job, PyObject *data_obj, Py_buffer *data, PyObject *out_obj,
+                           Py_buffer *out, unsigned int x, unsigned int y, unsigned int w,
+                           unsigned int h, int denom, int color, int strict) {
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
+        PyErr_Format(PyExc_ValueError, "denom must be 1, 2, 4 or 8, got %d", denom);
+        return -1;
+    }
+    if (color < 0 || color > 2 || w == 0 || h == 0) {
+        PyErr_Format(PyExc_ValueError, "bad color %d or empty window %ux%u", color, w, h);
+        return -1;
+    }
+    if (PyObject_GetBuffer(data_obj, data, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    if (PyObject_GetBuffer(out_obj, out, PyBUF_RECORDS) < 0) {
+        PyBuffer_Release(data);
+        return -1;
+    }
+    memset(job, 0, sizeof(*job));
+    job->data = (const unsigned char *)data->buf;
+    job->size = (size_t)data->len;
+    job->x = x;
+    job->y = y;
+    job->w = w;
+    job->h = h;
+    job->denom = denom;
+    job->color = color;
+    job->strict = strict;
+    return 0;
+}
+
 static PyObject *jpeg_decode(PyObject *self, PyObject *args) {
     PyObject *data_obj, *out_obj;
     Py_buffer data, out;
@@ -341,25 +375,12 @@ static PyObject *jpeg_decode(PyObject *self, PyObject *args) {
     DecodeJob job;
 
     if (!PyArg_ParseTuple(args, "OOIIIIiip", &data_obj, &out_obj, &x, &y, &w, &h, &denom,
-                          &color, &strict)) {
-        return NULL;
-    }
-    if (denom != 1 && denom != 2 && denom != 4 && denom != 8) {
-        PyErr_Format(PyExc_ValueError, "denom must be 1, 2, 4 or 8, got %d", denom);
-        return NULL;
-    }
-    if (color < 0 || color > 2 || w == 0 || h == 0) {
-        PyErr_Format(PyExc_ValueError, "bad color %d or empty window %ux%u", color, w, h);
+                          &color, &strict) ||
+        decode_job_from(&job, data_obj, &data, out_obj, &out, x, y, w, h, denom, color,
+                        strict) < 0) {
         return NULL;
     }
     nc = color == 2 ? 1 : 3;
-    if (PyObject_GetBuffer(data_obj, &data, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_RECORDS) < 0) {
-        PyBuffer_Release(&data);
-        return NULL;
-    }
     if (out.itemsize != 1 || out.ndim != (nc == 1 ? 2 : 3) || out.shape[0] != (Py_ssize_t)h ||
         out.shape[1] != (Py_ssize_t)w || (nc == 3 && out.shape[2] != 3) ||
         out.strides[1] != nc || (nc == 3 && out.strides[2] != 1) || out.strides[0] < w * nc) {
@@ -370,19 +391,8 @@ static PyObject *jpeg_decode(PyObject *self, PyObject *args) {
         PyBuffer_Release(&data);
         return NULL;
     }
-    job.data = (const unsigned char *)data.buf;
-    job.size = (size_t)data.len;
     job.out = (unsigned char *)out.buf;
     job.row_stride = out.strides[0];
-    job.x = x;
-    job.y = y;
-    job.w = w;
-    job.h = h;
-    job.denom = denom;
-    job.color = color;
-    job.strict = strict;
-    job.wide = NULL;
-    job.message[0] = '\0';
     Py_BEGIN_ALLOW_THREADS
     rc = run_decode(&job);
     Py_END_ALLOW_THREADS
@@ -411,20 +421,9 @@ static PyObject *jpeg_decode_resize(PyObject *self, PyObject *args) {
     if (!PyArg_ParseTuple(args, "OOIIIIiipOOppOOp", &data_obj, &out_obj, &x, &y, &w, &h, &denom,
                           &color, &strict, &ax, &ay, &rj.flip_h, &rj.flip_v, &lut_obj, &add_obj,
                           &rj.half) ||
-        resize_job_from(&rj, ax, ay, add_obj) < 0) {
-        return NULL;
-    }
-    if ((denom != 1 && denom != 2 && denom != 4 && denom != 8) || color < 0 || color > 2 ||
-        w == 0 || h == 0) {
-        PyErr_Format(PyExc_ValueError, "bad denom %d, color %d or empty window %ux%u", denom,
-                     color, w, h);
-        return NULL;
-    }
-    if (PyObject_GetBuffer(data_obj, &data, PyBUF_SIMPLE) < 0) {
-        return NULL;
-    }
-    if (PyObject_GetBuffer(out_obj, &out, PyBUF_RECORDS) < 0) {
-        PyBuffer_Release(&data);
+        resize_job_from(&rj, ax, ay, add_obj) < 0 ||
+        decode_job_from(&job, data_obj, &data, out_obj, &out, x, y, w, h, denom, color,
+                        strict) < 0) {
         return NULL;
     }
     if (resize_dst_from(&rj, &out, color == 2 ? 1 : 3, lut_obj, &lut) < 0) {
@@ -432,16 +431,6 @@ static PyObject *jpeg_decode_resize(PyObject *self, PyObject *args) {
         PyBuffer_Release(&data);
         return NULL;
     }
-    memset(&job, 0, sizeof(job));
-    job.data = (const unsigned char *)data.buf;
-    job.size = (size_t)data.len;
-    job.x = x;
-    job.y = y;
-    job.w = w;
-    job.h = h;
-    job.denom = denom;
-    job.color = color;
-    job.strict = strict;
     Py_BEGIN_ALLOW_THREADS
     rc = run_decode(&job);
     if (rc == 0) {

@@ -17,6 +17,8 @@ import time
 import warnings
 from collections import deque
 
+# the free-space limits are read through the module at each use (seg.MIN_FREE_BYTES), so
+# that a setting of them applies here too
 from dataflow.parallel import _segments as seg
 from dataflow.parallel import _shm_reaper
 from dataflow.parallel._segments import SHM_DIR
