@@ -308,7 +308,7 @@ def test_new_prefix_names_the_consumer():
 # ---- real pipelines in a subprocess ----------------------------------------------------------
 
 PIPELINE = """
-import json, sys, time, warnings
+import json, os, sys, time, warnings
 import numpy as np
 from dataflow.base import DataFlow
 from dataflow.parallel import MultiProcessMapDataZMQ, MultiProcessRunnerZMQ
@@ -325,7 +325,16 @@ class Big(DataFlow):
             yield [i, np.full(size, i % 251, np.uint8)]
             i += 1
 
+GO = sys.argv[0] + ".go"  # created once the consumer has stopped iterating
+
 def big(dp):
+    # n == 1: inputs well past the 61 the consumer takes wait until it has stopped, so that
+    # their results are still in flight then, whatever the scheduling (a consumer that fell
+    # behind would otherwise have received every result of its window before it stopped). A
+    # worker returns the results of a chunk (at most 16 inputs) together, so the chunk of input
+    # 60 must not wait: the gate starts 16 inputs later.
+    while n == 1 and dp[0] > 76 and not os.path.exists(GO):
+        time.sleep(0.005)
     return [dp[0], np.full(size, dp[0] % 251, np.uint8)]
 
 if len(sys.argv) > 4:  # no free-space check: only posix_fallocate stands before a SIGBUS
@@ -344,12 +353,12 @@ first = next(it)
 if n == 1:  # the first results came inline (no clean-up process yet): later ones use segments
     for _ in range(60):
         next(it)
-time.sleep(1.0)  # the workers run ahead
 got = [first] + [next(it) for _ in range(n - 1)]
 ok = all(dp[1].shape == (size,) and int(dp[1][0]) == int(dp[1][-1]) == dp[0] % 251 for dp in got)
 print(json.dumps({"ok": ok, "ids": [int(dp[0]) for dp in got]}), flush=True)
-if n == 1:
-    time.sleep(600)  # until killed
+if n == 1:  # the workers run ahead (the mapper's on the inputs it has sent them) until killed
+    open(GO, "x").close()
+    time.sleep(600)
 df.close()
 """
 
