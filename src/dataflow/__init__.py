@@ -111,6 +111,8 @@ class _MissingBackend(_types.ModuleType):
         self._error = error
 
     def __getattr__(self, attr: str):
+        if attr.startswith("__"):  # (what repr(), pickle and inspect probe for)
+            raise AttributeError(attr)
         raise ImportError(str(self._error)) from self._error
 
 
