@@ -24,6 +24,6 @@ def mkdir_p(dirname: str | os.PathLike) -> None:
 
 def recursive_walk(rootdir: str | os.PathLike) -> Iterator[str]:
     """Every file under ``rootdir``, recursively (paths joined to ``rootdir``)."""
-    for root, _dirs, files in os.walk(rootdir):
+    for root, _dirs, files in os.walk(os.fspath(rootdir)):
         for f in files:
             yield os.path.join(root, f)

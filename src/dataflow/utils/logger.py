@@ -85,6 +85,16 @@ def _time_str() -> str:
     return datetime.now().strftime("%m%d-%H%M%S")
 
 
+def _timed_name(dirname: str) -> str:
+    """``<dirname><time>``, or ``<dirname><time>-<n>`` when that exists already."""
+    name = base = dirname + _time_str()
+    n = 0
+    while os.path.exists(name):
+        n += 1
+        name = f"{base}-{n}"
+    return name
+
+
 def _set_file(path: str) -> None:
     global _FILE_HANDLER
     if os.path.isfile(path):
@@ -114,7 +124,7 @@ def set_logger_dir(dirname: str | os.PathLike, action: str | None = None) -> Non
     terminal): ``"k"`` keep it (an old ``log.log`` is renamed ``log.log.<time>``), ``"d"``
     delete it, ``"b"`` rename it ``<dirname><time>`` as a backup, ``"n"`` use a new folder
     ``<dirname><time>`` instead, ``"q"`` quit (``FileExistsError``). ``<time>`` is
-    ``%m%d-%H%M%S``.
+    ``%m%d-%H%M%S`` (with ``-1``, ``-2``, ... added when such a folder exists already).
     """
     global _LOG_DIR
     dirname = os.path.normpath(os.fspath(dirname))
@@ -132,13 +142,13 @@ def set_logger_dir(dirname: str | os.PathLike, action: str | None = None) -> Non
             action = input("Select Action: k (keep) / d (delete) / b (backup) / n (new) / "
                            "q (quit):").lower().strip()
         if action == "b":
-            backup = dirname + _time_str()
+            backup = _timed_name(dirname)
             shutil.move(dirname, backup)
             _logger.info("Directory '%s' backuped to '%s'", dirname, backup)
         elif action == "d":
             shutil.rmtree(dirname)
         elif action == "n":
-            dirname = dirname + _time_str()
+            dirname = _timed_name(dirname)
             _logger.info("Use a new log directory %s", dirname)
         elif action == "q":
             raise FileExistsError(f"Log directory {dirname!r} exists and is not empty; pass "
