@@ -6,6 +6,7 @@ import contextlib
 import os
 import pickle
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -128,3 +129,16 @@ def check_resume(
         fresh.close()
         assert rest == want, f"resume after datapoint {k} of {len(seq)} differs"
     return seq
+
+
+def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
+    """Poll ``cond`` until it holds (True) or ``timeout`` seconds passed (False): for a state
+    that another process reaches on its own (a file removed, a process gone)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import subprocess
 import sys
@@ -92,6 +93,8 @@ def test_name_and_signature(name):
 
 # older tensorpack names that scripts still use (tensorpack 0.9/0.10 docs and user code)
 LEGACY = {
+    "PlasmaPutData": "(ds, socket=None)",
+    "PlasmaGetData": "(ds, socket=None)",
     "ThreadedMapData": "(ds, nr_thread=None, map_func=None, buffer_size=200, strict=False)",
     "LMDBDataPoint": "(lmdb_path, shuffle=True)",
     "MultiProcessMapDataComponentSharedArray": (
@@ -118,7 +121,8 @@ MODULES = {
     "image": "ImageFromFile AugmentImageComponent AugmentImageCoordinates "
              "AugmentImageComponents",
     "parallel": "MultiProcessRunner MultiProcessRunnerZMQ MultiThreadRunner PrefetchData "
-                "MultiProcessPrefetchData PrefetchDataZMQ MultiThreadPrefetchData",
+                "MultiProcessPrefetchData PrefetchDataZMQ MultiThreadPrefetchData PlasmaPutData "
+                "PlasmaGetData",
     "parallel_map": "MultiThreadMapData MultiProcessMapDataZMQ MultiProcessMapAndBatchDataZMQ "
                     "MultiProcessMapData MultiProcessMapAndBatchData ThreadedMapData "
                     "MultiProcessMapDataComponentSharedArray",
@@ -147,8 +151,6 @@ MODULES = {
 
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_tensorpack_module_paths_hold_their_names(module):
-    import importlib
-
     mod = importlib.import_module(f"dataflow.{module}")
     package = importlib.import_module(f"dataflow.{module.rsplit('.', 1)[0]}"
                                       if "." in module else "dataflow")
@@ -213,3 +215,68 @@ def test_all_is_sorted_and_complete():
 
 def test_import_is_light():
     assert _heavy_modules_after("import dataflow") == []
+
+
+# tensorpack 0.11's ``tensorpack.dataflow.__all__``: the 52 names above and two submodules
+TENSORPACK_ALL = frozenset(SIGNATURES) | {"dataset", "imgaug"}
+
+
+def test_star_import_gives_a_superset_of_tensorpacks():
+    assert len(TENSORPACK_ALL) == 54
+    ns: dict = {}
+    exec("from dataflow import *", ns)
+    assert set(ns) >= TENSORPACK_ALL
+    assert ns["imgaug"] is dataflow.imgaug and ns["dataset"] is dataflow.dataset
+    assert ns["imgaug"].AugmentorList is dataflow.imgaug.base.AugmentorList
+
+
+def test_star_import_loads_only_what_imgaug_needs():
+    # the star import loads dataset and imgaug (tensorpack's does too): OpenCV, nothing else
+    assert _heavy_modules_after("from dataflow import *") == ["cv2"]
+
+
+def test_star_import_without_opencv_defers_the_error_to_imgaug_use():
+    code = ("import sys\nsys.modules['cv2'] = None  # as if OpenCV were not installed\n"
+            "from dataflow import *\nprint(dataset.ILSVRCMeta.__name__)\n"
+            "try:\n    imgaug.Flip\nexcept ImportError as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out == ["ILSVRCMeta", "dataflow.imgaug needs OpenCV (`cv2`), which is not installed; "
+                   "install it with pip install 'dataflow-reloaded[imgaug]'"]
+
+
+# the standalone ``dataflow`` package's module paths: dataflow.dataflow.<module>
+NESTED = ("base", "common", "raw", "format", "image", "parallel", "parallel_map", "remote",
+          "serialize", "imgaug", "dataset")
+
+
+@pytest.mark.parametrize("module", NESTED)
+def test_nested_dataflow_paths_are_the_same_modules(module):
+    nested = importlib.import_module(f"dataflow.dataflow.{module}")
+    assert nested is importlib.import_module(f"dataflow.{module}")
+    assert getattr(dataflow.dataflow, module) is nested
+
+
+def test_nested_dataflow_package_has_the_top_level_names():
+    from dataflow.dataflow.imgaug.transform import Transform
+
+    import dataflow.dataflow as nested
+
+    assert nested.__all__ == dataflow.__all__
+    for name in SIGNATURES:
+        assert getattr(nested, name) is getattr(dataflow, name), name
+    assert Transform is dataflow.imgaug.Transform
+    assert sys.modules["dataflow.dataflow.imgaug.transform"] is sys.modules[
+        "dataflow.imgaug.transform"]
+    with pytest.raises(ModuleNotFoundError, match=r"No module named 'dataflow\.dataflow\.nope'"):
+        importlib.import_module("dataflow.dataflow.nope")
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        _ = nested.nope
+
+
+def test_nested_and_utils_paths_stay_light():
+    assert _heavy_modules_after(
+        "import dataflow.dataflow, dataflow.dataflow.base, dataflow.dataflow.common\n"
+        "import dataflow.dataflow.parallel, dataflow.dataflow.serialize, dataflow.dataflow.format\n"
+        "from dataflow.utils import serialize, fs, timer, utils, argtools, concurrency, stats"
+    ) == []

@@ -5,9 +5,17 @@ wrappers, parallel runners and mappers, serializers and format readers, and imag
 subpackages ``dataflow.imgaug`` (needs OpenCV), ``dataflow.dataset`` and
 ``dataflow.input_source`` (TensorFlow) load on first access, like tensorpack's lazy submodules;
 ``import dataflow`` itself never imports OpenCV, LMDB, h5py, SciPy or TensorFlow.
+
+``from dataflow import *`` gives tensorpack's star import: ``__all__`` holds tensorpack's
+names, ``dataset`` and ``imgaug`` included (the star import loads those two; without OpenCV,
+``imgaug`` is then a placeholder whose first attribute raises the ``ImportError`` naming the
+extra, so the star import still works for code that uses no augmentor). The standalone
+``dataflow`` package's paths work too: ``dataflow.dataflow.<module>`` is ``dataflow.<module>``
+and ``dataflow.utils.<module>`` holds tensorpack's ``utils`` modules.
 """
 
 import importlib as _importlib
+import types as _types
 
 from dataflow._version import __version__
 from dataflow.base import DataFlow, ProxyDataFlow, RNGDataFlow
@@ -37,6 +45,8 @@ from dataflow.parallel import (
     MultiThreadMapData,
     MultiThreadPrefetchData,
     MultiThreadRunner,
+    PlasmaGetData,
+    PlasmaPutData,
     PrefetchData,
     PrefetchDataZMQ,
     RemoteDataZMQ,
@@ -86,13 +96,34 @@ from dataflow.wrappers import (
     TestDataSpeed,
 )
 
-# submodules loaded on first access (kept out of __all__ so that `import *` stays light)
-_LAZY_SUBMODULES = ("dataset", "imgaug", "input_source", "jax", "ray", "torch")
+# submodules loaded on first access; "dataset" and "imgaug" are also in __all__ (tensorpack's
+# star import has them), so `from dataflow import *` loads those two
+_LAZY_SUBMODULES = ("dataflow", "dataset", "imgaug", "input_source", "jax", "ray", "torch")
+_STAR_SUBMODULES = ("dataset", "imgaug")
+
+
+class _MissingBackend(_types.ModuleType):
+    """Stands for a submodule whose optional backend is not installed: its first attribute
+    raises the ``ImportError`` (which names the extra to install)."""
+
+    def __init__(self, name: str, error: ImportError) -> None:
+        super().__init__(name)
+        self._error = error
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):  # (what repr(), pickle and inspect probe for)
+            raise AttributeError(attr)
+        raise ImportError(str(self._error)) from self._error
 
 
 def __getattr__(name: str):
     if name in _LAZY_SUBMODULES:
-        module = _importlib.import_module(f"dataflow.{name}")
+        try:
+            module = _importlib.import_module(f"dataflow.{name}")
+        except ImportError as e:
+            if name not in _STAR_SUBMODULES or e.name == f"dataflow.{name}":
+                raise
+            return _MissingBackend(f"dataflow.{name}", e)  # not cached: a later install works
         globals()[name] = module
         return module
     raise AttributeError(f"module 'dataflow' has no attribute {name!r}")
@@ -146,6 +177,8 @@ __all__ = [
     "MultiThreadPrefetchData",
     "MultiThreadRunner",
     "NumpySerializer",
+    "PlasmaGetData",
+    "PlasmaPutData",
     "PrefetchData",
     "PrefetchDataZMQ",
     "PrintData",
@@ -166,7 +199,9 @@ __all__ = [
     "UnknownLengthError",
     "WorkerError",
     "__version__",
+    "dataset",
     "get_seed",
+    "imgaug",
     "profile",
     "send_dataflow_zmq",
     "set_seed",

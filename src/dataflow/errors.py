@@ -16,6 +16,7 @@ __all__ = [
     "ErrorBudgetError",
     "ImageDecodeError",
     "NoneResultError",
+    "ObjectGoneError",
     "ReconstructedError",
     "StateMismatchError",
     "UnknownLengthError",
@@ -143,3 +144,8 @@ class NoneResultError(DataFlowError, ValueError):
 class ErrorBudgetError(DataFlowError, RuntimeError):
     """A map stage with ``on_error="skip"`` or ``"warn"`` skipped more inputs in one epoch than
     its ``max_errors`` allows; the message summarizes the failures."""
+
+
+class ObjectGoneError(DataFlowError, LookupError):
+    """An id of :class:`~dataflow.parallel.PlasmaPutData` whose object is no longer in the
+    shared store: it was taken already (each id can be got once), or its store was closed."""

@@ -45,8 +45,11 @@ def test_alias(alias, target):
     assert getattr(par, alias) is getattr(par, target)
 
 
-# older names that construct the current class with the older parameter names
+# older names that construct the current class with the older parameter names, and tensorpack's
+# Plasma stages (in its parallel module, outside its __all__)
 LEGACY = {
+    "PlasmaPutData": "(ds, socket=None)",
+    "PlasmaGetData": "(ds, socket=None)",
     "ThreadedMapData": "(ds, nr_thread=None, map_func=None, buffer_size=200, strict=False)",
     "MultiProcessMapDataComponentSharedArray": (
         "(ds, num_proc, map_func, output_shape, output_dtype, index=0)"),

@@ -19,7 +19,9 @@ other:
   writers) and ``_ring`` (a forked worker's shared ring).
 
 Back ends: ``thread`` (threads), ``process`` (a ``multiprocessing`` queue), ``zmq_map`` and
-``zmq_runner`` (ZeroMQ), ``remote`` (across machines), and :mod:`dataflow.ray`. Worker errors
+``zmq_runner`` (ZeroMQ), ``remote`` (across machines), and :mod:`dataflow.ray`. ``plasma``:
+tensorpack's ``PlasmaPutData`` / ``PlasmaGetData`` (datapoints passed as ids of objects in
+shared memory; tensorpack had them in this module but not in its ``__all__``). Worker errors
 are raised in the consumer as :class:`~dataflow.errors.WorkerError`; nothing hangs, nothing is
 lost, no process is left behind.
 
@@ -33,6 +35,7 @@ after its last delivered datapoint; ``RemoteDataZMQ`` saves its counters only. E
 from collections.abc import Callable
 from typing import Any
 
+from dataflow.parallel.plasma import PlasmaGetData, PlasmaPutData
 from dataflow.parallel.process import MultiProcessPrefetchData, MultiProcessRunner, PrefetchData
 from dataflow.parallel.remote import RemoteDataZMQ, send_dataflow_zmq
 from dataflow.parallel.thread import MultiThreadMapData, MultiThreadPrefetchData, MultiThreadRunner
@@ -60,6 +63,7 @@ __all__ = [
     "MultiProcessMapAndBatchData", "MultiProcessMapAndBatchDataZMQ", "MultiProcessMapData",
     "MultiProcessMapDataComponentSharedArray", "MultiProcessMapDataZMQ",
     "MultiProcessPrefetchData", "MultiProcessRunner", "MultiProcessRunnerZMQ",
-    "MultiThreadMapData", "MultiThreadPrefetchData", "MultiThreadRunner", "PrefetchData",
+    "MultiThreadMapData", "MultiThreadPrefetchData", "MultiThreadRunner", "PlasmaGetData",
+    "PlasmaPutData", "PrefetchData",
     "PrefetchDataZMQ", "RemoteDataZMQ", "ThreadedMapData", "send_dataflow_zmq",
 ]
