@@ -151,11 +151,13 @@ class RayMapData(MapperBase):
 
     Args:
         ds: the input flow.
-        num_workers: number of actors; ``None``: the cluster's CPUs (the machine's when Ray is
+        num_workers: number of actors (the first positional argument after ``ds``, or a
+            keyword); ``None``: the cluster's CPUs (the machine's when Ray is
             not initialized and no ``address`` is given).
         map_func: the function to apply; pickled with cloudpickle (lambdas are fine); its
             module must be importable on the cluster's nodes. (The order ``(ds, map_func,
-            num_workers)`` of earlier releases is still accepted, with a warning.)
+            num_workers)`` of earlier releases is still accepted, with a warning, also as
+            ``(ds, map_func, num_workers=n)``.)
         chunk_size: inputs per Ray task.
         address: the Ray cluster to connect to when Ray is not initialized yet.
         actor_options: Ray options of each actor (default ``{"num_cpus": 1}``).
@@ -167,22 +169,15 @@ class RayMapData(MapperBase):
     _worker_arg = "num_workers"
 
     def __init__(
-        self, ds: DataFlow, num_workers: int | None = None,
-        map_func: Callable[[Any], Any] | None = None, *,
+        self, ds: DataFlow, *args: int | Callable[[Any], Any] | None,
+        num_workers: int | None = None, map_func: Callable[[Any], Any] | None = None,
         buffer_size: int = 200, strict: bool = False, ordered: bool = False,
         chunk_size: int | None = None, address: str | None = None,
         actor_options: dict[str, Any] | None = None, max_retries: int = 3,
         seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
     ) -> None:
         ray = cluster.import_ray()
-        if callable(num_workers) and not callable(map_func):  # the order of earlier releases
-            warnings.warn(
-                "RayMapData(ds, map_func, num_workers) is deprecated: the arguments are now "
-                "(ds, num_workers, map_func), as in the other mappers; swap them (the old order "
-                "is accepted until the next release).",
-                DeprecationWarning, stacklevel=2,
-            )
-            num_workers, map_func = map_func, num_workers
+        num_workers, map_func = _workers_and_func(args, num_workers, map_func)
         if num_workers is None:
             num_workers = _default_workers(ray, address)
         super().__init__(ds, num_workers, map_func, buffer_size, strict, ordered, on_error,
@@ -233,6 +228,40 @@ class RayMapData(MapperBase):
             self._slots = None
         owned, self._owns_ray = self._owns_ray, False
         cluster.release_ray(owned)
+
+
+def _workers_and_func(args: tuple, num_workers: Any, map_func: Any) -> tuple[Any, Any]:
+    """``(num_workers, map_func)`` from ``RayMapData``'s positional ``args`` and keywords.
+
+    The positional order is ``(num_workers, map_func)``. Earlier releases took
+    ``(map_func, num_workers)``: a callable first is read in that order, with a
+    ``DeprecationWarning``, whether the count follows it positionally, as ``num_workers=``,
+    or not at all. (Keywords alone mean the same in both orders.)"""
+    if len(args) > 2:
+        raise TypeError(
+            f"RayMapData takes at most 2 positional arguments after `ds` (num_workers, "
+            f"map_func), got {len(args)}: {args!r}; pass the others by keyword, e.g. "
+            "RayMapData(ds, 8, func, buffer_size=400)."
+        )
+    old = bool(args) and callable(args[0]) and not (len(args) == 2 and callable(args[1]))
+    names = ("map_func", "num_workers") if old else ("num_workers", "map_func")
+    given = {"num_workers": num_workers, "map_func": map_func}
+    for name, value in zip(names, args, strict=False):
+        if given[name] is not None:
+            raise TypeError(
+                f"RayMapData got two values for `{name}`: {value!r} by position and "
+                f"{given[name]!r} by keyword; pass it once (the positional order is "
+                "(ds, num_workers, map_func))."
+            )
+        given[name] = value
+    if old:
+        warnings.warn(
+            "RayMapData(ds, map_func, num_workers) is deprecated: the arguments are now "
+            "(ds, num_workers, map_func), as in the other mappers; swap them (the old order "
+            "is accepted until the next release).",
+            DeprecationWarning, stacklevel=3,
+        )
+    return given["num_workers"], given["map_func"]
 
 
 def _default_workers(ray: Any, address: str | None) -> int:
