@@ -14,6 +14,7 @@ __all__ = [
     "DatasetNotFoundError",
     "DownloadError",
     "ErrorBudgetError",
+    "HeadNodeLostError",
     "ImageDecodeError",
     "NoneResultError",
     "ReconstructedError",
@@ -143,3 +144,8 @@ class NoneResultError(DataFlowError, ValueError):
 class ErrorBudgetError(DataFlowError, RuntimeError):
     """A map stage with ``on_error="skip"`` or ``"warn"`` skipped more inputs in one epoch than
     its ``max_errors`` allows; the message summarizes the failures."""
+
+
+class HeadNodeLostError(DataFlowError, ConnectionError):
+    """The head node of the Ray cluster a flow runs on (its GCS, which places and tracks every
+    actor) no longer answers: the flow cannot recover without it and stops."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections import deque
 from collections.abc import Callable
@@ -28,8 +27,8 @@ class _MapActor:
         self.map_func, self.worker_id, self.stage = map_func, worker_id, stage
         self.inputs = inputs
 
-    def ready(self) -> int:
-        return os.getpid()
+    def ready(self) -> tuple[int, str]:
+        return cluster.actor_identity()
 
     def map_chunk(self, chunk: list[tuple[int, Any]]) -> list[tuple]:
         """The messages ``map_loop`` emits for ``chunk``: an ``ERROR`` per failed input, then
@@ -42,10 +41,12 @@ class _MapActor:
 
 
 class _RayMapTransport:
-    """Consumer side: least-loaded dispatch of chunks to actor slots. When an actor is lost,
-    the slot gets a new actor and the chunks it held go out again; the oldest of them (the one
-    it was running: an actor runs its tasks in order) counts a retry, and a chunk retried more
-    than ``max_retries`` times raises (a poison input, not a lost node)."""
+    """Consumer side: least-loaded dispatch of chunks to the running actors. When an actor is
+    lost, the slot gets a new actor and the chunks it held go out again, to the actors that
+    run (the new one joins them once it has started: it may have to wait for a node, and its
+    start costs a second or more); the oldest of them (the one it was running: an actor runs
+    its tasks in order) counts a retry, and a chunk retried more than ``max_retries`` times
+    raises (a poison input, not a lost node)."""
 
     def __init__(self, slots: cluster.ActorSlots, make_args: Callable[[int], tuple],
                  max_retries: int) -> None:
@@ -60,8 +61,12 @@ class _RayMapTransport:
         self._seq = 0
 
     def submit(self, chunk: list, retries: int = 0) -> None:
-        self.slots.check_open()
-        w = min(range(self.slots.n), key=self.load.__getitem__)
+        """Send ``chunk`` to the least loaded running actor (to a replacement that has not
+        started yet only when no actor runs: it may wait for a node)."""
+        slots = self.slots
+        slots.check_open()
+        running = [w for w in range(slots.n) if slots.running(w)] or range(slots.n)
+        w = min(running, key=self.load.__getitem__)
         ref = self.slots.actors[w].map_chunk.remote(chunk)
         self._seq += 1
         self.inflight[ref] = (w, self.slots.generation[w], self._seq, chunk, retries)
@@ -108,7 +113,7 @@ class _RayMapTransport:
             self.submit(other, retries)
 
 
-class RayMapData(MapperBase):
+class RayMapData(cluster.ActorPool, MapperBase):
     """Map ``map_func`` over ``ds`` with ``num_workers`` Ray actors (on a cluster, or a local
     Ray started for the pipeline).
 
@@ -205,7 +210,10 @@ class RayMapData(MapperBase):
         cpus = float(self.actor_options.get("num_cpus", 1))
         self._owns_ray = cluster.acquire_ray(self.address, self.num_workers * cpus)
         stage = type(self).__name__
-        func, seed = ray.put(self.map_func), _rng.get_seed()
+        # map_func by value (not a ray.put reference): a replacement actor then gets it from
+        # this process, never from the object store of a node that died (whose copy Ray would
+        # try to fetch until the cluster declares the node dead, ~30 s)
+        func, seed = self.map_func, _rng.get_seed()
         threads = cluster.actor_threads(self.actor_options)
         inputs = self._inputs
 
@@ -216,10 +224,6 @@ class RayMapData(MapperBase):
                                                  self.actor_options, stage)
         slots.start(make_args)
         self._transport = _RayMapTransport(slots, make_args, self.max_retries)
-
-    def worker_pids(self) -> list[int | None]:
-        """The process ids of the actors (``None`` for a replacement not asked yet)."""
-        return list(self._slots.pids) if self._slots is not None else []
 
     def _stop(self) -> None:
         self._transport = None
