@@ -381,8 +381,8 @@ class ActorSlots:
         stage: str,
     ) -> None:
         self.ray = ray
-        self.remote_cls = ray.remote(actor_cls).options(max_restarts=0, max_task_retries=0,
-                                                        **options)
+        self.actor_cls = ray.remote(actor_cls)
+        self.remote_cls = self.actor_cls.options(max_restarts=0, max_task_retries=0, **options)
         self.n = n
         self.options = options
         self.stage = stage
@@ -393,6 +393,7 @@ class ActorSlots:
         self.starting: dict[int, tuple[Any, float]] = {}  # replacements: (ready ref, deadline)
         self.closed = False
         self.head_lost = False
+        self.down_nodes: set[str] = set()  # nodes of lost actors whose raylet did not answer
         self.events: list[ActorEvent] = []
         self.gcs = _gcs_address(ray)
         self.next_head_check = time.monotonic() + HEAD_CHECK_INTERVAL
@@ -489,15 +490,38 @@ class ActorSlots:
         """Kill slot ``i``'s actor (if it still runs) and start a new one in its place."""
         self.check_open()
         self._event("lost", i)
+        node = self.nodes[i]
+        if node is not None and not self._node_answers(node):
+            self.down_nodes.add(node)
         with contextlib.suppress(Exception):
             self.ray.kill(self.actors[i], no_restart=True)
-        self.actors[i] = actor = self.remote_cls.remote(*args)
+        self.actors[i] = actor = self._remote_cls().remote(*args)
         self.generation[i] += 1
         self.pids[i] = self.nodes[i] = None
         self.starting[i] = (actor.ready.remote(), time.monotonic() + START_TIMEOUT)
         self._event("replaced", i)
         logger.warning("%s: the Ray actor of worker %d was lost; started a new one",
                        self.stage, i)
+
+    def _node_answers(self, node: str) -> bool:
+        """Whether the raylet of ``node`` accepts connections (a node that died does not,
+        some seconds before the cluster declares it dead)."""
+        with contextlib.suppress(Exception):
+            for info in self.ray.nodes():
+                if info.get("NodeID") == node:
+                    addr = f"{info['NodeManagerAddress']}:{info['NodeManagerPort']}"
+                    return bool(info.get("Alive")) and _answers(addr)
+        return True  # (not known: do not keep actors off it)
+
+    def _remote_cls(self) -> Any:
+        """The actor class for a replacement: kept off the nodes seen down (until the cluster
+        declares them dead, Ray may place new actors there), unless the actor options select
+        nodes themselves."""
+        if not self.down_nodes or "label_selector" in self.options:
+            return self.remote_cls
+        nodes = ",".join(sorted(self.down_nodes))
+        return self.actor_cls.options(max_restarts=0, max_task_retries=0, **self.options,
+                                      label_selector={"ray.io/node-id": f"!in({nodes})"})
 
     def check_starting(self) -> None:
         """Note the replacements that started (their pids); raise for one that could not be

@@ -27,6 +27,9 @@ __all__ = ["LoopbackCluster"]
 #: object store of each node: small, several nodes share this machine's memory
 OBJECT_STORE_BYTES = 128 * 1024 * 1024
 
+#: seconds ``shutdown()`` waits for the killed processes to end
+SHUTDOWN_WAIT = 10.0
+
 
 class LoopbackCluster:
     """A head node and ``num_nodes - 1`` worker nodes, each with ``cpus_per_node`` CPUs and an
@@ -140,15 +143,19 @@ class LoopbackCluster:
             return
         import psutil
 
-        left = self.processes()
+        left = []
+        for pid in self.processes():
+            with contextlib.suppress(psutil.Error):
+                left.append(psutil.Process(pid))
         for node in list(self._nodes)[::-1]:
             self._reap(node)
         self._nodes.clear()
         with contextlib.suppress(Exception):
             self._cluster.shutdown()
-        for pid in left:  # (workers whose raylet died before them)
+        for proc in left:  # (workers whose raylet died before them)
             with contextlib.suppress(psutil.Error):
-                psutil.Process(pid).kill()
+                proc.kill()
+        psutil.wait_procs(left, timeout=SHUTDOWN_WAIT)
         self._cluster = None
 
     def __enter__(self) -> LoopbackCluster:
