@@ -124,3 +124,22 @@ class ResultTheConsumerCannotLoad:
 
     def __call__(self, dp: list) -> list:
         return [dp[0], _LoadsElsewhere(self.consumer)]
+
+
+class PulledRange(DataFlow):
+    """``[i, 10 KB of zeros]`` for i in range(n), writing how many it yielded to ``progress``
+    (every 100)."""
+
+    def __init__(self, n: int, progress: Path) -> None:
+        self.n, self.progress = n, str(progress)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(self.n):
+            if i % 100 == 0:  # (atomically: the test reads it meanwhile)
+                tmp = f"{self.progress}.tmp"
+                Path(tmp).write_text(str(i))
+                os.replace(tmp, self.progress)
+            yield [i, np.zeros(1250)]
