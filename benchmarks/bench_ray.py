@@ -188,7 +188,8 @@ def cluster_throughput(nodes: int, rows: list) -> None:
                     rate = max(_epoch_rate(ds, n) for _ in range(2))
                     spread = len(set(ds.worker_nodes()))
                 serial = n / _serial_seconds(func, n)
-                rows.append([name, nodes, spread, f"{rate:,.0f}", f"{rate / serial:.2f}"])
+                rows.append([name, str(nodes), str(spread), f"{rate:,.0f}",
+                             f"{rate / serial:.2f}"])
                 print(rows[-1], file=sys.stderr)
         finally:
             ray.shutdown()
@@ -257,7 +258,7 @@ def cluster_main(runs: int) -> None:
         print(markdown_table(
             ["run", "loss noticed after the kill, s", "noticed -> next output, s",
              "kill -> end of epoch, s"],
-            [[i + 1, f"{r['noticed_s']:.2f}", f"{r['next_output_s']:.3f}",
+            [[str(i + 1), f"{r['noticed_s']:.2f}", f"{r['next_output_s']:.3f}",
               f"{r['epoch_end_s']:.2f}"] for i, r in enumerate(losses)]))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

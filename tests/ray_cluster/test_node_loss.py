@@ -57,13 +57,16 @@ def _recovery(events, outputs: list[float]) -> float:
     return min(t for t in outputs if t >= noticed) - noticed
 
 
-@pytest.mark.parametrize("ordered", [False, True])
+#: the most seconds from a loss noticed to the next output (measured: 0.01-0.3 s, also with
+#: the machine's load average at 10; most of a loss's cost is Ray noticing it, 1-2 s)
+RECOVERY_S = 3.0
+
+
 def test_strict_map_survives_a_node_loss_and_uses_a_node_that_joins_later(
-        loopback_cluster, ordered, record_property):
+        loopback_cluster, record_property):
     full(loopback_cluster)
     head = loopback_cluster.head_id
-    with RayMapData(flows.Range(300), NODES, flows.sleepy, strict=True, ordered=ordered,
-                    chunk_size=4) as m:
+    with RayMapData(flows.Range(300), NODES, flows.sleepy, strict=True, chunk_size=4) as m:
         got, times = [], []
         for dp in m:
             got.append(dp[0])
@@ -73,17 +76,14 @@ def test_strict_map_survives_a_node_loss_and_uses_a_node_that_joins_later(
                 victim = next(n for n in nodes if n != head)
                 lost_worker = nodes.index(victim)
                 loopback_cluster.kill_node(victim)
-        # every input exactly once, in order when ordered
-        if ordered:
-            assert got == list(range(300))
-        else:
-            assert Counter(got) == Counter(range(300))
+        assert Counter(got) == Counter(range(300))  # every input exactly once
         events = m.actor_events()
         assert [(e.kind, e.worker) for e in events if e.kind != "started"] == [
             ("lost", lost_worker), ("replaced", lost_worker)]
         assert next(e.node for e in events if e.kind == "lost") == victim
         recovery = _recovery(events, times)
         record_property("recovery_s", round(recovery, 3))
+        assert recovery <= RECOVERY_S  # (the lost chunks went to the running actors)
         # the replacement waits for free CPUs (the survivors hold theirs): a new node joins
         new = loopback_cluster.add_node()
         assert sorted(dp[0] for dp in m) == list(range(300))
@@ -91,7 +91,7 @@ def test_strict_map_survives_a_node_loss_and_uses_a_node_that_joins_later(
             assert sorted(dp[0] for dp in m) == list(range(300))
         assert m.worker_nodes()[lost_worker] == new
         assert set(m.worker_nodes()) == set(loopback_cluster.node_ids)
-    print(f"node loss, ordered={ordered}: loss noticed -> next output {recovery:.3f} s")
+    print(f"map node loss: loss noticed -> next output {recovery:.3f} s")
 
 
 def test_runner_streams_continue_on_the_surviving_nodes(loopback_cluster, record_property):
@@ -130,6 +130,7 @@ def test_runner_streams_continue_on_the_surviving_nodes(loopback_cluster, record
             ("lost", lost_worker), ("replaced", lost_worker), ("ready", lost_worker)]
         recovery = _recovery(events, times)
         record_property("recovery_s", round(recovery, 3))
+        assert recovery <= RECOVERY_S
     assert len(got) == epochs * n
     for w in range(NODES):  # each copy's stream has no gap and no repetition across the loss
         seq = [i for wid, i in got if wid == w]

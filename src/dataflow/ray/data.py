@@ -138,13 +138,16 @@ def _read(df: DataFlow, names: tuple[str, ...] | None, rows_per_block: int
     """What the read task runs: one pass of ``df``, block by block."""
     df.reset_state()
     rows: list[dict[str, Any]] = []
-    for dp in df:
-        rows.append(_row(dp, names))
-        if len(rows) == rows_per_block:
+    try:
+        for dp in df:
+            rows.append(_row(dp, names))
+            if len(rows) == rows_per_block:
+                yield _block(rows)
+                rows = []
+        if rows:
             yield _block(rows)
-            rows = []
-    if rows:
-        yield _block(rows)
+    finally:  # (also when Ray Data stops the read early: its workers, if any, are ended)
+        df.close()
 
 
 @functools.cache
@@ -171,7 +174,8 @@ def _datasource_class() -> type:
             df, names, rows = self.df, self.names, self.rows
             meta = BlockMetadata(num_rows=known_length(df), size_bytes=None,
                                  input_files=None, exec_stats=None)
-            return [ReadTask(lambda: _read(df, names, rows), meta)]
+            return [ReadTask(lambda: _read(df, names, rows), meta,
+                             per_task_row_limit=per_task_row_limit)]
 
     return FlowDatasource
 
