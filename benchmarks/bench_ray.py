@@ -16,6 +16,15 @@ subprocess:
   ray-runner      RayRunner: the same, each copy in a Ray actor
 
 The goal: `ray` reaches at least 70% of `process`'s images/s.
+
+    flock /tmp/dataflow-bench.lock .venv/bin/python benchmarks/bench_ray.py --cluster [--runs 6]
+
+instead measures a Ray cluster of 1, 2 and 3 nodes on this machine (LoopbackCluster: one CPU
+and a 128 MiB object store per node, everything on 127.0.0.1), one RayMapData actor per node,
+strict epochs: items/s of an I/O-like map (a 10 ms wait per item) and of a CPU map (~10 ms of
+Python arithmetic per item); then `--runs` node losses on 3 nodes (a worker node SIGKILLed
+after 100 of 300 outputs; a node is added back between runs): when the loss was noticed, the
+time from then to the next output, and the end of the epoch.
 """
 
 from __future__ import annotations
@@ -139,6 +148,122 @@ def measure(impl: str, args: argparse.Namespace) -> dict:
     return _time(_mapped(impl, path, nproc, args.chunk_size), args.batches)
 
 
+# ---- a cluster of 1-3 nodes on this machine (--cluster) ----------------------------------------
+
+
+def io_map(dp: list) -> list:
+    time.sleep(0.01)
+    return dp
+
+
+def cpu_map(dp: list) -> list:
+    acc = 0
+    for k in range(200_000):  # ~10 ms of Python arithmetic
+        acc += k * k % 7
+    return [dp[0], acc]
+
+
+def _epoch_rate(ds, n: int) -> float:
+    start = time.perf_counter()
+    got = sum(1 for _ in ds)
+    assert got == n, (got, n)
+    return n / (time.perf_counter() - start)
+
+
+def cluster_throughput(nodes: int, rows: list) -> None:
+    from dataflow.ray import RayMapData
+    from dataflow.ray.local_cluster import LoopbackCluster
+    from dataflow.sources import DataFromList
+
+    with LoopbackCluster(nodes) as cluster:
+        cluster.connect()
+        import ray
+
+        try:
+            for name, func, n in (("I/O-like, 10 ms wait", io_map, 300),
+                                  ("CPU, ~10 ms", cpu_map, 150)):
+                src = DataFromList([[i] for i in range(n)], shuffle=False)
+                with RayMapData(src, nodes, func, strict=True, chunk_size=4) as ds:
+                    _epoch_rate(ds, n)  # warm-up: actors started, code imported
+                    rate = max(_epoch_rate(ds, n) for _ in range(2))
+                    spread = len(set(ds.worker_nodes()))
+                serial = n / _serial_seconds(func, n)
+                rows.append([name, str(nodes), str(spread), f"{rate:,.0f}",
+                             f"{rate / serial:.2f}"])
+                print(rows[-1], file=sys.stderr)
+        finally:
+            ray.shutdown()
+
+
+def _serial_seconds(func, n: int) -> float:
+    start = time.perf_counter()
+    for i in range(n):
+        func([i])
+    return time.perf_counter() - start
+
+
+def node_losses(runs: int) -> list[dict]:
+    from dataflow.ray import RayMapData
+    from dataflow.ray.local_cluster import LoopbackCluster
+    from dataflow.sources import DataFromList
+
+    out = []
+    with LoopbackCluster(3) as cluster:
+        cluster.connect()
+        import ray
+
+        try:
+            for _ in range(runs):
+                while len(cluster.node_ids) < 3:
+                    cluster.add_node()
+                while ray.available_resources().get("CPU", 0) != 3:  # (the dead node gone)
+                    time.sleep(0.2)
+                src = DataFromList([[i] for i in range(300)], shuffle=False)
+                with RayMapData(src, 3, io_map, strict=True, chunk_size=4) as ds:
+                    got, times = [], []
+                    for dp in ds:
+                        got.append(dp[0])
+                        times.append(time.monotonic())
+                        if len(got) == 100:
+                            victim = next(x for x in ds.worker_nodes() if x != cluster.head_id)
+                            killed = time.monotonic()
+                            cluster.kill_node(victim)
+                    assert sorted(got) == list(range(300))
+                    noticed = next(e.time for e in ds.actor_events() if e.kind == "lost")
+                out.append({"noticed_s": noticed - killed,
+                            "next_output_s": min(t for t in times if t >= noticed) - noticed,
+                            "epoch_end_s": times[-1] - killed})
+                print(out[-1], file=sys.stderr)
+        finally:
+            ray.shutdown()
+    return out
+
+
+def cluster_main(runs: int) -> None:
+    import shutil
+    import tempfile
+
+    from _common import markdown_table
+
+    tmp = tempfile.mkdtemp(prefix="bench-ray-cluster-")
+    os.environ["TMPDIR"] = tempfile.tempdir = tmp  # (Ray's session directories go there)
+    try:
+        rows: list = []
+        for nodes in (1, 2, 3):
+            cluster_throughput(nodes, rows)
+        rows.sort(key=lambda r: (r[0], r[1]))
+        print(markdown_table(["map", "nodes", "nodes used", "items/s (best of 2 epochs)",
+                              "ratio to one process"], rows))
+        losses = node_losses(runs)
+        print(markdown_table(
+            ["run", "loss noticed after the kill, s", "noticed -> next output, s",
+             "kill -> end of epoch, s"],
+            [[str(i + 1), f"{r['noticed_s']:.2f}", f"{r['next_output_s']:.3f}",
+              f"{r['epoch_end_s']:.2f}"] for i, r in enumerate(losses)]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     from _common import e2e_parser, markdown_table, run_impl
     from bench_e2e import make_data
@@ -146,7 +271,13 @@ def main() -> None:
     parser = e2e_parser(__doc__, IMPLS, batches=40, rounds=3)
     parser.add_argument("--chunk-size", type=int, default=None, help="RayMapData chunk_size")
     parser.add_argument("--send", metavar="ADDR", help=argparse.SUPPRESS)
+    parser.add_argument("--cluster", action="store_true",
+                        help="measure a 1-3 node cluster on this machine and node losses")
+    parser.add_argument("--runs", type=int, default=6, help="node losses with --cluster")
     args = parser.parse_args()
+    if args.cluster:
+        cluster_main(args.runs)
+        return
     if args.send:
         from bench_e2e import lmdb_path
 

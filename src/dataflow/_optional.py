@@ -16,6 +16,7 @@ __all__ = ["EXTRAS", "import_optional"]
 EXTRAS: dict[str, tuple[str, str]] = {
     "lmdb": ("lmdb", "lmdb"), "h5py": ("h5py", "hdf5"), "cv2": ("OpenCV", "imgaug"),
     "tensorflow": ("TensorFlow", "tf"), "scipy": ("SciPy", "datasets"), "ray": ("Ray", "ray"),
+    "ray.data": ("Ray Data (with pandas and pyarrow)", "ray"),
     "torch": ("PyTorch", "torch"), "jax": ("JAX", "jax"), "zmq": ("pyzmq", "pip install pyzmq"),
     "imgaug": ("the imgaug library", "pip install imgaug"),
     "albumentations": ("albumentations", "pip install albumentations"),

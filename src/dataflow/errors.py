@@ -14,6 +14,7 @@ __all__ = [
     "DatasetNotFoundError",
     "DownloadError",
     "ErrorBudgetError",
+    "HeadNodeLostError",
     "ImageDecodeError",
     "NoneResultError",
     "ObjectGoneError",
@@ -149,3 +150,8 @@ class ErrorBudgetError(DataFlowError, RuntimeError):
 class ObjectGoneError(DataFlowError, LookupError):
     """An id of :class:`~dataflow.parallel.PlasmaPutData` whose object is no longer in the
     shared store: it was taken already (each id can be got once), or its store was closed."""
+
+
+class HeadNodeLostError(DataFlowError, ConnectionError):
+    """The head node of the Ray cluster a flow runs on (its GCS, which places and tracks every
+    actor) no longer answers: the flow cannot recover without it and stops."""

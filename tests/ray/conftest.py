@@ -3,6 +3,7 @@ it), and the check that none of its processes outlive it."""
 
 from __future__ import annotations
 
+import socket
 import time
 
 import psutil
@@ -57,3 +58,20 @@ def pid_gone(pid: int | None, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def listening(procs: list[psutil.Process]) -> list[tuple[str, str, int]]:
+    """(process name, address, port) of every listening TCP socket and unconnected UDP socket
+    of ``procs``."""
+    out = []
+    for proc in procs:
+        try:
+            for c in proc.net_connections(kind="inet"):
+                if c.status == psutil.CONN_LISTEN or (c.type == socket.SOCK_DGRAM and not c.raddr):
+                    out.append((proc.name(), c.laddr.ip, c.laddr.port))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,11 +44,11 @@ def always_die_at_3(dp: list) -> list:
     return dp
 
 
-class KillOnceRange(DataFlow):
-    """``[worker id, i]`` for i in range(n); the copy of worker 0 dies once at ``at``."""
+class WorkerRange(DataFlow):
+    """``[worker id, i]`` for i in range(n), ``delay`` seconds each."""
 
-    def __init__(self, n: int, at: int, marker: Path) -> None:
-        self.n, self.at, self.marker = n, at, str(marker)
+    def __init__(self, n: int, delay: float = 0.0) -> None:
+        self.n, self.delay = n, delay
 
     def __len__(self) -> int:
         return self.n
@@ -55,11 +56,26 @@ class KillOnceRange(DataFlow):
     def reset_state(self) -> None:
         self.wid = _rng.get_worker_info()
 
+    def _before(self, i: int) -> None:
+        if self.delay:
+            time.sleep(self.delay)
+
     def __iter__(self) -> Iterator[Any]:
         for i in range(self.n):
-            if i == self.at and self.wid == 0:
-                _die_once(self.marker)
+            self._before(i)
             yield [self.wid, i]
+
+
+class KillOnceRange(WorkerRange):
+    """``[worker id, i]`` for i in range(n); the copy of worker 0 dies once at ``at``."""
+
+    def __init__(self, n: int, at: int, marker: Path) -> None:
+        super().__init__(n)
+        self.at, self.marker = at, str(marker)
+
+    def _before(self, i: int) -> None:
+        if i == self.at and self.wid == 0:
+            _die_once(self.marker)
 
 
 class AlwaysDie(DataFlow):
@@ -74,6 +90,11 @@ class AlwaysDie(DataFlow):
 
 def image(dp: list) -> list:
     return [dp[0], np.full((64, 64, 3), dp[0] % 251, np.uint8)]
+
+
+def big_image(dp: list) -> list:
+    """``[i, a 1 MiB uint8 array filled with i % 251]``."""
+    return [dp[0], np.full((512, 512, 4), dp[0] % 251, np.uint8)]
 
 
 def lock_result(dp: list) -> list:
@@ -103,3 +124,22 @@ class ResultTheConsumerCannotLoad:
 
     def __call__(self, dp: list) -> list:
         return [dp[0], _LoadsElsewhere(self.consumer)]
+
+
+class PulledRange(DataFlow):
+    """``[i, 10 KB of zeros]`` for i in range(n), writing how many it yielded to ``progress``
+    (every 100)."""
+
+    def __init__(self, n: int, progress: Path) -> None:
+        self.n, self.progress = n, str(progress)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(self.n):
+            if i % 100 == 0:  # (atomically: the test reads it meanwhile)
+                tmp = f"{self.progress}.tmp"
+                Path(tmp).write_text(str(i))
+                os.replace(tmp, self.progress)
+            yield [i, np.zeros(1250)]

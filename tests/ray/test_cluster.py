@@ -21,7 +21,7 @@ import pytest
 
 from dataflow.ray import RayMapData, RayRunner
 from tests.parallel import flows
-from tests.ray.conftest import wait_no_children
+from tests.ray.conftest import LOOPBACK, listening, wait_no_children
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.allow_children
@@ -125,7 +125,9 @@ def test_without_ray_the_module_imports_and_the_classes_name_the_extra():
         import dataflow.ray
         from dataflow.sources import DataFromList
         for make in (lambda: dataflow.ray.RayMapData(DataFromList([[1]]), 1, abs),
-                     lambda: dataflow.ray.RayRunner(DataFromList([[1]]), 1)):
+                     lambda: dataflow.ray.RayRunner(DataFromList([[1]]), 1),
+                     lambda: dataflow.ray.to_ray_dataset(DataFromList([[1]])),
+                     lambda: dataflow.ray.DataFromRayDataset(None)):
             try:
                 make()
             except ImportError as e:
@@ -134,24 +136,9 @@ def test_without_ray_the_module_imports_and_the_classes_name_the_extra():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout.splitlines()
     assert out == ["the Ray back end of dataflow needs Ray, which is not installed: "
-                   "pip install 'dataflow-reloaded[ray]'"] * 2
-
-
-LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
-
-
-def _listening(procs: list[psutil.Process]) -> list[tuple[str, str, int]]:
-    """(process name, address, port) of every listening TCP socket and unconnected UDP socket
-    of ``procs``."""
-    out = []
-    for proc in procs:
-        try:
-            for c in proc.net_connections(kind="inet"):
-                if c.status == psutil.CONN_LISTEN or (c.type == socket.SOCK_DGRAM and not c.raddr):
-                    out.append((proc.name(), c.laddr.ip, c.laddr.port))
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            pass
-    return out
+                   "pip install 'dataflow-reloaded[ray]'"] * 2 + [
+        "the Ray Data interop of dataflow needs Ray Data (with pandas and pyarrow), which is "
+        "not installed: pip install 'dataflow-reloaded[ray]'"] * 2
 
 
 def _info(proc: psutil.Process, what: str) -> Any:
@@ -170,7 +157,7 @@ def test_a_local_ray_started_by_a_flow_listens_on_loopback_only_and_has_no_dashb
         family = [psutil.Process(), *psutil.Process().children(recursive=True)]
         names = {_info(p, "name") for p in family}
         assert {"gcs_server", "raylet"} <= names  # (the processes looked at are Ray's)
-        sockets = _listening(family)
+        sockets = listening(family)
         assert {name for name, _, _ in sockets} >= {"gcs_server", "raylet"}
         assert [s for s in sockets if s[1] not in LOOPBACK] == []
         # no dashboard (Ray runs its head process for usage statistics only, without the web UI)

@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections import Counter
 
 import numpy as np
@@ -242,11 +243,6 @@ def test_not_reentrant():
 def test_arguments_are_validated():
     with pytest.raises(ValueError, match="`chunk_size` must be a positive int, got 0"):
         RayMapData(flows.Range(3), 1, flows.double, chunk_size=0)
-    with pytest.warns(DeprecationWarning, match=r"RayMapData\(ds, map_func, num_workers\) is "
-                                                r"deprecated: the arguments are now \(ds, "
-                                                r"num_workers, map_func\)"):
-        old = RayMapData(flows.Range(3), flows.double, 2)  # the order of earlier releases
-    assert (old.num_workers, old.map_func) == (2, flows.double)
     with pytest.raises(ValueError, match="`max_retries` must be an int >= 0, got -1"):
         RayMapData(flows.Range(3), 1, flows.double, max_retries=-1)
     with pytest.raises(TypeError, match="`actor_options` must be a dict"):
@@ -258,6 +254,61 @@ def test_arguments_are_validated():
     tiny_epoch = RayMapData(flows.Range(3), map_func=flows.double, strict=True)
     assert tiny_epoch._chunk_size() == 1
     assert RayMapData(flows.Range(3), 1, flows.double, chunk_size=5)._chunk_size() == 5
+
+
+OLD_ORDER = (r"RayMapData\(ds, map_func, num_workers\) is deprecated: the arguments are now "
+             r"\(ds, num_workers, map_func\)")
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda ds: RayMapData(ds, flows.double, 2), id="positional"),
+    pytest.param(lambda ds: RayMapData(ds, flows.double, num_workers=2), id="mixed"),
+    pytest.param(lambda ds: RayMapData(ds, flows.double, 2, strict=True), id="positional+opts"),
+])
+def test_the_old_argument_order_works_with_a_warning(make):
+    with pytest.warns(DeprecationWarning, match=OLD_ORDER) as record:
+        m = make(flows.Range(6))
+    assert len(record) == 1
+    assert record[0].filename == __file__  # (the warning points at the caller)
+    assert (m.num_workers, m.map_func) == (2, flows.double)
+    with m:
+        assert sorted(dp[0] for dp in itertools.islice(m, 6)) == [0, 2, 4, 6, 8, 10]
+
+
+def test_the_old_order_without_a_count_uses_the_clusters_cpus():
+    with pytest.warns(DeprecationWarning, match=OLD_ORDER):
+        m = RayMapData(flows.Range(3), flows.double)
+    assert (m.num_workers, m.map_func) == (2, flows.double)
+
+
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda ds: RayMapData(ds, 2, flows.double), id="positional"),
+    pytest.param(lambda ds: RayMapData(ds, 2, map_func=flows.double), id="mixed"),
+    pytest.param(lambda ds: RayMapData(ds, num_workers=2, map_func=flows.double), id="keywords"),
+    pytest.param(lambda ds: RayMapData(ds, map_func=flows.double, num_workers=2),
+                 id="keywords-old-order"),
+    pytest.param(lambda ds: RayMapData(ds=ds, num_workers=2, map_func=flows.double),
+                 id="all-keywords"),
+])
+def test_the_new_order_and_keywords_work_without_a_warning(make):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = make(flows.Range(3))
+    assert (m.num_workers, m.map_func) == (2, flows.double)
+
+
+def test_a_value_given_twice_or_too_many_positionals_are_refused():
+    with pytest.raises(TypeError, match=r"RayMapData got two values for `num_workers`: 2 by "
+                                        r"position and 3 by keyword"):
+        RayMapData(flows.Range(3), 2, flows.double, num_workers=3)
+    with pytest.raises(TypeError, match=r"RayMapData got two values for `map_func`"):
+        RayMapData(flows.Range(3), flows.double, map_func=abs)
+    with pytest.raises(TypeError, match=r"RayMapData takes at most 2 positional arguments "
+                                        r"after `ds` \(num_workers, map_func\), got 3"):
+        RayMapData(flows.Range(3), 2, flows.double, 200)
+    with pytest.raises(TypeError, match=r"RayMapData takes \(ds, num_workers, map_func\), but "
+                                        r"got a callable for `num_workers`"):
+        RayMapData(flows.Range(3), num_workers=flows.double, map_func=2)
 
 
 # ---- resume -----------------------------------------------------------------------------------

@@ -11,20 +11,25 @@ import logging
 import math
 import os
 import signal
+import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from dataflow._optional import import_optional
-from dataflow.errors import DataFlowTerminated, WorkerError
+from dataflow.errors import DataFlowTerminated, HeadNodeLostError, WorkerError
 from dataflow.parallel._processes import THREAD_ENV_VARS, seed_worker
 
 __all__ = [
+    "ActorEvent",
+    "ActorPool",
     "ActorSlots",
     "RayHooks",
     "acquire_ray",
+    "actor_identity",
     "actor_threads",
     "check_options",
     "cluster_address",
@@ -32,6 +37,7 @@ __all__ = [
     "import_ray",
     "is_lost",
     "local_cpus",
+    "loopback_node",
     "release_ray",
     "task_error",
     "worker_setup",
@@ -125,7 +131,7 @@ LOOPBACK = "127.0.0.1"
 
 
 @contextlib.contextmanager
-def _loopback_node(ray: Any) -> Iterator[None]:
+def loopback_node(ray: Any) -> Iterator[None]:
     """Make ``ray.init()`` start a local Ray whose services listen on :data:`LOOPBACK` only.
 
     On Linux Ray replaces a node address of 127.0.0.1 by the machine's network address (so
@@ -184,7 +190,7 @@ def acquire_ray(address: str | None, cpus_needed: float) -> bool:
         address = cluster_address(address)
         hooks = RayHooks()
         if address is None:
-            with _loopback_node(ray):
+            with loopback_node(ray):
                 ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
                          log_to_driver=False, _node_ip_address=LOOPBACK)
             node = ray.util.get_node_ip_address()
@@ -196,7 +202,7 @@ def acquire_ray(address: str | None, cpus_needed: float) -> bool:
                     node, LOOPBACK,
                 )
         elif _is_loopback(address):  # (Ray would replace 127.0.0.1 by the network address)
-            with _loopback_node(ray):
+            with loopback_node(ray):
                 ray.init(address=address, log_to_driver=False)
         else:
             ray.init(address=address, log_to_driver=False)
@@ -244,6 +250,12 @@ def worker_setup(worker_id: int, global_seed: int | None,
     seed_worker(worker_id, global_seed, globals_seed, dispatch_globals)
 
 
+def actor_identity() -> tuple[int, str]:
+    """What an actor's ``ready()`` answers: its process id and the id of its Ray node."""
+    ray = import_ray()
+    return os.getpid(), ray.get_runtime_context().get_node_id()
+
+
 # ---- consumer side ----------------------------------------------------------------------------
 
 
@@ -252,16 +264,24 @@ def actor_threads(options: dict[str, Any]) -> int:
     return max(1, int(options.get("num_cpus", 1)))
 
 
+#: the actor options a pool starts from: one CPU per actor, and actors spread over the nodes
+#: (Ray's ``"SPREAD"`` strategy: each new actor goes to the node with the fewest of them, so
+#: that losing a node loses as few as possible and the nodes' CPUs and links share the work;
+#: Ray's default would pack them onto the driver's node while it has free CPUs)
+DEFAULT_OPTIONS: dict[str, Any] = {"num_cpus": 1, "scheduling_strategy": "SPREAD"}
+
+
 def check_options(actor_options: Any) -> dict[str, Any]:
+    """``actor_options`` over :data:`DEFAULT_OPTIONS` (a given key replaces the default)."""
     if actor_options is None:
-        return {"num_cpus": 1}
+        return dict(DEFAULT_OPTIONS)
     if not isinstance(actor_options, dict):
         raise TypeError(
             f"`actor_options` must be a dict of Ray actor options or None, got "
             f"{actor_options!r} (type {type(actor_options).__name__}); pass e.g. "
             "actor_options={'num_cpus': 1}."
         )
-    return {"num_cpus": 1, **actor_options}
+    return {**DEFAULT_OPTIONS, **actor_options}
 
 
 #: Ray errors (names in ``ray.exceptions``) that mean a task or its actor was lost: its
@@ -307,9 +327,50 @@ def task_error(exc: BaseException, worker_id: int, stage: str, index: int | None
     return WorkerError(name, message, str(exc), worker_id=worker_id, index=index, stage=stage)
 
 
+@dataclass(frozen=True)
+class ActorEvent:
+    """Something that happened to a pool's actor, as :meth:`ActorSlots.events` records it.
+
+    ``kind`` is ``"started"`` (the first actors, running), ``"lost"`` (the consumer noticed
+    that the actor of slot ``worker`` was lost: a task of it failed so), ``"replaced"`` (a new
+    actor was asked for in its place) or ``"ready"`` (that new actor runs). ``time`` is
+    ``time.monotonic()`` in the consumer; ``node`` the Ray node id of the actor (``None`` when
+    not known yet)."""
+
+    time: float
+    kind: str
+    worker: int
+    node: str | None
+
+
+#: seconds between two checks that the head node (its GCS) still answers
+HEAD_CHECK_INTERVAL = 1.0
+
+
+def _gcs_address(ray: Any) -> str | None:
+    with contextlib.suppress(Exception):
+        return str(ray.get_runtime_context().gcs_address)
+    return None
+
+
+def _answers(address: str, timeout: float = 1.0) -> bool:
+    """Whether a TCP connection to ``address`` (``host:port``) is accepted."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
 class ActorSlots:
     """``n`` actors of ``actor_cls``; slot ``i`` is built by ``make_args(i)`` and can be
-    replaced when its actor is lost."""
+    replaced when its actor is lost.
+
+    While a flow waits for results, it checks once per :data:`HEAD_CHECK_INTERVAL` that the
+    head node still accepts connections, and raises :class:`~dataflow.errors.HeadNodeLostError`
+    when it does not (the actors and Ray's own calls would otherwise wait for it, for about a
+    minute)."""
 
     def __init__(
         self,
@@ -320,16 +381,30 @@ class ActorSlots:
         stage: str,
     ) -> None:
         self.ray = ray
-        self.remote_cls = ray.remote(actor_cls).options(max_restarts=0, max_task_retries=0,
-                                                        **options)
+        self.actor_cls = ray.remote(actor_cls)
+        self.remote_cls = self.actor_cls.options(max_restarts=0, max_task_retries=0, **options)
         self.n = n
         self.options = options
         self.stage = stage
         self.actors: list[Any] = []
         self.generation = [0] * n  # incremented by each replacement of the slot
         self.pids: list[int | None] = [None] * n
+        self.nodes: list[str | None] = [None] * n
         self.starting: dict[int, tuple[Any, float]] = {}  # replacements: (ready ref, deadline)
         self.closed = False
+        self.head_lost = False
+        self.down_nodes: set[str] = set()  # nodes of lost actors whose raylet did not answer
+        self.events: list[ActorEvent] = []
+        self.gcs = _gcs_address(ray)
+        self.next_head_check = time.monotonic() + HEAD_CHECK_INTERVAL
+
+    def _event(self, kind: str, i: int) -> None:
+        self.events.append(ActorEvent(time.monotonic(), kind, i, self.nodes[i]))
+
+    def running(self, i: int) -> bool:
+        """Whether slot ``i``'s actor was seen running (a replacement not yet: it may wait
+        for a node with free resources)."""
+        return i not in self.starting
 
     def start(self, make_args: Callable[[int], tuple]) -> None:
         """Create every actor and wait until they run (errors raised as ``WorkerError``)."""
@@ -337,12 +412,16 @@ class ActorSlots:
         self.actors = [self.remote_cls.remote(*make_args(i)) for i in range(self.n)]
         refs = [a.ready.remote() for a in self.actors]
         try:
-            self.pids = list(ray.get(refs, timeout=START_TIMEOUT))
+            idents = ray.get(refs, timeout=START_TIMEOUT)
         except ray.exceptions.GetTimeoutError as e:
             raise self._timeout_error(self.n) from e
         except ray.exceptions.RayError as e:
             raise WorkerError(type(e).__name__, f"a Ray actor failed to start: {e}", str(e),
                               stage=self.stage) from e
+        self.pids = [pid for pid, _ in idents]
+        self.nodes = [node for _, node in idents]
+        for i in range(self.n):
+            self._event("started", i)
 
     def _timeout_error(self, n: int, worker_id: int | None = None) -> WorkerError:
         cpus = self.ray.cluster_resources().get("CPU", 0)
@@ -369,7 +448,23 @@ class ActorSlots:
         ready, _ = self.ray.wait(list(refs), num_returns=1, timeout=timeout)
         if self.starting:
             self.check_starting()
+        if time.monotonic() >= self.next_head_check:
+            self.check_head()
         return ready[0] if ready else None
+
+    def check_head(self) -> None:
+        """Raise :class:`~dataflow.errors.HeadNodeLostError` if the head node no longer accepts
+        connections."""
+        self.next_head_check = time.monotonic() + HEAD_CHECK_INTERVAL
+        if self.gcs is None or _answers(self.gcs):
+            return
+        self.head_lost = True  # (Ray cannot kill the actors without the head: close() skips it)
+        raise HeadNodeLostError(
+            f"{self.stage}: the head node of the Ray cluster (its GCS at {self.gcs}) no longer "
+            "answers: it died or was cut off, and with it the placement and the tracking of "
+            "every actor. Restart the cluster (or reconnect to a new head) and start the "
+            "pipeline again; its state_dict() from before the loss resumes it."
+        )
 
     def fetch(self, refs: Any, timeout: float, worker: int | Callable[[Any], int],
               index: Callable[[Any], int | None] | None = None) -> tuple[Any, Any] | None:
@@ -386,6 +481,7 @@ class ActorSlots:
         except ray.exceptions.RayError as e:
             self.check_open()  # (close() from another thread kills the actors)
             if is_lost(ray, e):
+                self.check_head()  # (a node lost with the head: say that)
                 return ref, e
             w = worker(ref) if callable(worker) else worker
             raise task_error(e, w, self.stage, None if index is None else index(ref)) from e
@@ -393,14 +489,39 @@ class ActorSlots:
     def replace(self, i: int, args: tuple) -> None:
         """Kill slot ``i``'s actor (if it still runs) and start a new one in its place."""
         self.check_open()
+        self._event("lost", i)
+        node = self.nodes[i]
+        if node is not None and not self._node_answers(node):
+            self.down_nodes.add(node)
         with contextlib.suppress(Exception):
             self.ray.kill(self.actors[i], no_restart=True)
-        self.actors[i] = actor = self.remote_cls.remote(*args)
+        self.actors[i] = actor = self._remote_cls().remote(*args)
         self.generation[i] += 1
-        self.pids[i] = None
+        self.pids[i] = self.nodes[i] = None
         self.starting[i] = (actor.ready.remote(), time.monotonic() + START_TIMEOUT)
+        self._event("replaced", i)
         logger.warning("%s: the Ray actor of worker %d was lost; started a new one",
                        self.stage, i)
+
+    def _node_answers(self, node: str) -> bool:
+        """Whether the raylet of ``node`` accepts connections (a node that died does not,
+        some seconds before the cluster declares it dead)."""
+        with contextlib.suppress(Exception):
+            for info in self.ray.nodes():
+                if info.get("NodeID") == node:
+                    addr = f"{info['NodeManagerAddress']}:{info['NodeManagerPort']}"
+                    return bool(info.get("Alive")) and _answers(addr)
+        return True  # (not known: do not keep actors off it)
+
+    def _remote_cls(self) -> Any:
+        """The actor class for a replacement: kept off the nodes seen down (until the cluster
+        declares them dead, Ray may place new actors there), unless the actor options select
+        nodes themselves."""
+        if not self.down_nodes or "label_selector" in self.options:
+            return self.remote_cls
+        nodes = ",".join(sorted(self.down_nodes))
+        return self.actor_cls.options(max_restarts=0, max_task_retries=0, **self.options,
+                                      label_selector={"ray.io/node-id": f"!in({nodes})"})
 
     def check_starting(self) -> None:
         """Note the replacements that started (their pids); raise for one that could not be
@@ -410,7 +531,9 @@ class ActorSlots:
             if ready:
                 del self.starting[i]
                 with contextlib.suppress(self.ray.exceptions.RayError):
-                    self.pids[i] = self.ray.get(ref)  # (if it died: its tasks report that)
+                    # (if it died: its tasks report that)
+                    self.pids[i], self.nodes[i] = self.ray.get(ref)
+                    self._event("ready", i)
             elif time.monotonic() > deadline:
                 raise self._timeout_error(1, i)
 
@@ -419,8 +542,28 @@ class ActorSlots:
         self.closed = True
         self.starting.clear()
         actors, self.actors = self.actors, []
-        if not ray.is_initialized():
+        if not ray.is_initialized() or self.head_lost:
             return
         for a in actors:
             with contextlib.suppress(Exception):
                 ray.kill(a, no_restart=True)
+
+
+class ActorPool:
+    """What a Ray flow tells about its actors (a mixin of ``RayMapData`` and ``RayRunner``)."""
+
+    _slots: ActorSlots | None = None
+
+    def worker_pids(self) -> list[int | None]:
+        """The process ids of the actors (``None`` for a replacement not started yet)."""
+        return list(self._slots.pids) if self._slots is not None else []
+
+    def worker_nodes(self) -> list[str | None]:
+        """The Ray node id of each actor (``None`` for a replacement not started yet)."""
+        return list(self._slots.nodes) if self._slots is not None else []
+
+    def actor_events(self) -> list[ActorEvent]:
+        """What happened to the actors since the flow started them: started, lost, replaced,
+        ready (see :class:`ActorEvent`), in the consumer's ``time.monotonic()``; kept until
+        the flow is closed or restarts its actors."""
+        return list(self._slots.events) if self._slots is not None else []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections import deque
 from collections.abc import Callable
@@ -28,8 +27,8 @@ class _MapActor:
         self.map_func, self.worker_id, self.stage = map_func, worker_id, stage
         self.inputs = inputs
 
-    def ready(self) -> int:
-        return os.getpid()
+    def ready(self) -> tuple[int, str]:
+        return cluster.actor_identity()
 
     def map_chunk(self, chunk: list[tuple[int, Any]]) -> list[tuple]:
         """The messages ``map_loop`` emits for ``chunk``: an ``ERROR`` per failed input, then
@@ -42,10 +41,12 @@ class _MapActor:
 
 
 class _RayMapTransport:
-    """Consumer side: least-loaded dispatch of chunks to actor slots. When an actor is lost,
-    the slot gets a new actor and the chunks it held go out again; the oldest of them (the one
-    it was running: an actor runs its tasks in order) counts a retry, and a chunk retried more
-    than ``max_retries`` times raises (a poison input, not a lost node)."""
+    """Consumer side: least-loaded dispatch of chunks to the running actors. When an actor is
+    lost, the slot gets a new actor and the chunks it held go out again, to the actors that
+    run (the new one joins them once it has started: it may have to wait for a node, and its
+    start costs a second or more); the oldest of them (the one it was running: an actor runs
+    its tasks in order) counts a retry, and a chunk retried more than ``max_retries`` times
+    raises (a poison input, not a lost node)."""
 
     def __init__(self, slots: cluster.ActorSlots, make_args: Callable[[int], tuple],
                  max_retries: int) -> None:
@@ -60,8 +61,12 @@ class _RayMapTransport:
         self._seq = 0
 
     def submit(self, chunk: list, retries: int = 0) -> None:
-        self.slots.check_open()
-        w = min(range(self.slots.n), key=self.load.__getitem__)
+        """Send ``chunk`` to the least loaded running actor (to a replacement that has not
+        started yet only when no actor runs: it may wait for a node)."""
+        slots = self.slots
+        slots.check_open()
+        running = [w for w in range(slots.n) if slots.running(w)] or range(slots.n)
+        w = min(running, key=self.load.__getitem__)
         ref = self.slots.actors[w].map_chunk.remote(chunk)
         self._seq += 1
         self.inflight[ref] = (w, self.slots.generation[w], self._seq, chunk, retries)
@@ -108,7 +113,7 @@ class _RayMapTransport:
             self.submit(other, retries)
 
 
-class RayMapData(MapperBase):
+class RayMapData(cluster.ActorPool, MapperBase):
     """Map ``map_func`` over ``ds`` with ``num_workers`` Ray actors (on a cluster, or a local
     Ray started for the pipeline).
 
@@ -151,11 +156,13 @@ class RayMapData(MapperBase):
 
     Args:
         ds: the input flow.
-        num_workers: number of actors; ``None``: the cluster's CPUs (the machine's when Ray is
+        num_workers: number of actors (the first positional argument after ``ds``, or a
+            keyword); ``None``: the cluster's CPUs (the machine's when Ray is
             not initialized and no ``address`` is given).
         map_func: the function to apply; pickled with cloudpickle (lambdas are fine); its
             module must be importable on the cluster's nodes. (The order ``(ds, map_func,
-            num_workers)`` of earlier releases is still accepted, with a warning.)
+            num_workers)`` of earlier releases is still accepted, with a warning, also as
+            ``(ds, map_func, num_workers=n)``.)
         chunk_size: inputs per Ray task.
         address: the Ray cluster to connect to when Ray is not initialized yet.
         actor_options: Ray options of each actor (default ``{"num_cpus": 1}``).
@@ -167,22 +174,15 @@ class RayMapData(MapperBase):
     _worker_arg = "num_workers"
 
     def __init__(
-        self, ds: DataFlow, num_workers: int | None = None,
-        map_func: Callable[[Any], Any] | None = None, *,
+        self, ds: DataFlow, *args: int | Callable[[Any], Any] | None,
+        num_workers: int | None = None, map_func: Callable[[Any], Any] | None = None,
         buffer_size: int = 200, strict: bool = False, ordered: bool = False,
         chunk_size: int | None = None, address: str | None = None,
         actor_options: dict[str, Any] | None = None, max_retries: int = 3,
         seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
     ) -> None:
         ray = cluster.import_ray()
-        if callable(num_workers) and not callable(map_func):  # the order of earlier releases
-            warnings.warn(
-                "RayMapData(ds, map_func, num_workers) is deprecated: the arguments are now "
-                "(ds, num_workers, map_func), as in the other mappers; swap them (the old order "
-                "is accepted until the next release).",
-                DeprecationWarning, stacklevel=2,
-            )
-            num_workers, map_func = map_func, num_workers
+        num_workers, map_func = _workers_and_func(args, num_workers, map_func)
         if num_workers is None:
             num_workers = _default_workers(ray, address)
         super().__init__(ds, num_workers, map_func, buffer_size, strict, ordered, on_error,
@@ -210,7 +210,10 @@ class RayMapData(MapperBase):
         cpus = float(self.actor_options.get("num_cpus", 1))
         self._owns_ray = cluster.acquire_ray(self.address, self.num_workers * cpus)
         stage = type(self).__name__
-        func, seed = ray.put(self.map_func), _rng.get_seed()
+        # map_func by value (not a ray.put reference): a replacement actor then gets it from
+        # this process, never from the object store of a node that died (whose copy Ray would
+        # try to fetch until the cluster declares the node dead, ~30 s)
+        func, seed = self.map_func, _rng.get_seed()
         threads = cluster.actor_threads(self.actor_options)
         inputs = self._inputs
 
@@ -222,10 +225,6 @@ class RayMapData(MapperBase):
         slots.start(make_args)
         self._transport = _RayMapTransport(slots, make_args, self.max_retries)
 
-    def worker_pids(self) -> list[int | None]:
-        """The process ids of the actors (``None`` for a replacement not asked yet)."""
-        return list(self._slots.pids) if self._slots is not None else []
-
     def _stop(self) -> None:
         self._transport = None
         if self._slots is not None:
@@ -233,6 +232,40 @@ class RayMapData(MapperBase):
             self._slots = None
         owned, self._owns_ray = self._owns_ray, False
         cluster.release_ray(owned)
+
+
+def _workers_and_func(args: tuple, num_workers: Any, map_func: Any) -> tuple[Any, Any]:
+    """``(num_workers, map_func)`` from ``RayMapData``'s positional ``args`` and keywords.
+
+    The positional order is ``(num_workers, map_func)``. Earlier releases took
+    ``(map_func, num_workers)``: a callable first is read in that order, with a
+    ``DeprecationWarning``, whether the count follows it positionally, as ``num_workers=``,
+    or not at all. (Keywords alone mean the same in both orders.)"""
+    if len(args) > 2:
+        raise TypeError(
+            f"RayMapData takes at most 2 positional arguments after `ds` (num_workers, "
+            f"map_func), got {len(args)}: {args!r}; pass the others by keyword, e.g. "
+            "RayMapData(ds, 8, func, buffer_size=400)."
+        )
+    old = bool(args) and callable(args[0]) and not (len(args) == 2 and callable(args[1]))
+    names = ("map_func", "num_workers") if old else ("num_workers", "map_func")
+    given = {"num_workers": num_workers, "map_func": map_func}
+    for name, value in zip(names, args, strict=False):
+        if given[name] is not None:
+            raise TypeError(
+                f"RayMapData got two values for `{name}`: {value!r} by position and "
+                f"{given[name]!r} by keyword; pass it once (the positional order is "
+                "(ds, num_workers, map_func))."
+            )
+        given[name] = value
+    if old:
+        warnings.warn(
+            "RayMapData(ds, map_func, num_workers) is deprecated: the arguments are now "
+            "(ds, num_workers, map_func), as in the other mappers; swap them (the old order "
+            "is accepted until the next release).",
+            DeprecationWarning, stacklevel=3,
+        )
+    return given["num_workers"], given["map_func"]
 
 
 def _default_workers(ray: Any, address: str | None) -> int:

@@ -6,7 +6,6 @@ the consumer pulls chunks of messages with one request in flight per actor.
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 from collections import deque
@@ -44,8 +43,8 @@ class _RunnerActor:
             daemon=True,
         )
 
-    def ready(self) -> int:
-        return os.getpid()
+    def ready(self) -> tuple[int, str]:
+        return cluster.actor_identity()
 
     def next_chunk(self, max_items: int) -> list[tuple]:
         """The next messages (at most ``max_items``; empty after ``PULL_WAIT`` s without any).
@@ -135,7 +134,7 @@ class _RayRunnerTransport:
         self._request(w)
 
 
-class RayRunner(RunnerBase):
+class RayRunner(cluster.ActorPool, RunnerBase):
     """Run ``num_workers`` independent copies of ``ds``, each in a Ray actor.
 
     The contract of :class:`~dataflow.parallel.MultiProcessRunnerZMQ` (tensorpack's runners):
@@ -198,12 +197,14 @@ class RayRunner(RunnerBase):
         cpus = float(self.actor_options.get("num_cpus", 1))
         self._owns_ray = cluster.acquire_ray(self.address, self.num_workers * cpus)
         # (the closures must not refer to self: no cycle, so that garbage collection closes it)
-        ds_ref, seed, stage = ray.put(self.ds), _rng.get_seed(), type(self).__name__
+        # the flow by value (not a ray.put reference): a replacement actor then gets it from
+        # this process, never from the object store of a node that died
+        ds, seed, stage = self.ds, _rng.get_seed(), type(self).__name__
         prefetch, threads = self.num_prefetch, cluster.actor_threads(self.actor_options)
         seeds = [globals_seed(self, i) for i in range(self.num_workers)]
 
         def make_args(i: int, start: tuple[Any, int] | None) -> tuple:
-            return (ds_ref, i, seed, stage, start, prefetch, threads, seeds[i])
+            return (ds, i, seed, stage, start, prefetch, threads, seeds[i])
 
         starts = [self._worker_start(i) for i in range(self.num_workers)]
         self._slots = slots = cluster.ActorSlots(ray, _RunnerActor, self.num_workers,
@@ -212,10 +213,6 @@ class RayRunner(RunnerBase):
         transport = _RayRunnerTransport(slots, make_args, [s or (None, 0) for s in starts],
                                         self.chunk_size, self.max_retries)
         self._transport = transport
-
-    def worker_pids(self) -> list[int | None]:
-        """The process ids of the actors (``None`` for a replacement not asked yet)."""
-        return list(self._slots.pids) if self._slots is not None else []
 
     def _stop(self) -> None:
         self._transport = _ClosedTransport()
