@@ -3,6 +3,7 @@ for a worker count, the consumer's speed, noise) stands in for the clock and the
 
 from __future__ import annotations
 
+import itertools
 import random
 
 from hypothesis import given, settings
@@ -86,7 +87,7 @@ def test_stable_and_thrifty_under_noise(per: float, cores: int, consumer_x: floa
     best = min(per * cores, consumer)
     needed = min(cores, int(-(-consumer // per)))  # the fewest workers reaching `best`
     tail = run(ctl, measure, 40)
-    changes = sum(1 for a, b in zip(tail, tail[1:], strict=False) if a != b)
+    changes = sum(1 for a, b in itertools.pairwise(tail) if a != b)
     assert changes <= 4
     # the settled count: enough for the best rate, not wasteful
     settled = max(set(tail), key=tail.count)

@@ -74,7 +74,6 @@ class Controller:
     gain: float = 0.05
     loss: float = 0.04
     idle_wait: float = 0.05
-    busy_wait: float = 0.2
     hold: int = 40
     workers: int = 0
     window: int = 0
@@ -142,15 +141,15 @@ class Controller:
             if rate < before_rate * (1 - self.loss):
                 self._floor, self._chain = (before, self.window), None
                 return self._change(before, f"{n} workers lost throughput "
-                                    f"({rate:.1f} vs {before_rate:.1f}/s, consumer waited {m.wait:.0%}): "
-                                    "taking one back", rate)
+                                    f"({rate:.1f} vs {before_rate:.1f}/s): taking one back",
+                                    rate)
             self._ceiling = (before, self.window)  # fewer did as well: no need to climb back
         if m.wait < self.idle_wait:  # the consumer is the bottleneck
             if n > self.minimum and (self._floor is None or n > self._floor[0]):
                 self._giveback = (n, self._chain_rate(rate))
                 return self._change(n - 1, f"consumer-bound (waited {m.wait:.0%}): "
                                     "giving a worker back", rate)
-        elif m.wait > self.busy_wait:  # the workers are the bottleneck
+        else:  # the workers are the bottleneck
             up = n + self._step_size()
             if n < self.maximum and (self._ceiling is None or up < self._ceiling[0]):
                 self._probe, self._chain = (n, rate), None
