@@ -143,7 +143,8 @@ class _ZmqMapperBase(MapperBase):
             mapper=True,
         )
         transport.attach(pool, args, self.max_restarts, progress,
-                         known_length(self.ds) or RESTART_WINDOW)
+                         known_length(self.ds) or RESTART_WINDOW,
+                         lambda: ctx.Value("q", -1, lock=False))
         pool.start()
 
     def _stop(self) -> None:
