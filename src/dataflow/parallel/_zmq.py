@@ -260,7 +260,7 @@ class ZmqMapTransport(_Consumer):
             if kind == READY:
                 if wid in self.retiring:
                     self._stop_if_drained(wid)
-                else:
+                elif wid not in self.stopped:  # (a worker stopped as soon as it connected)
                     self.ready.add(wid)
                 timeout = 0
                 continue
