@@ -26,6 +26,7 @@ from dataflow.image import (
     ImageFromFile,
 )
 from dataflow.parallel import (
+    AUTOTUNE,
     MultiProcessMapAndBatchData,
     MultiProcessMapAndBatchDataZMQ,
     MultiProcessMapData,
@@ -37,10 +38,12 @@ from dataflow.parallel import (
     MultiThreadMapData,
     MultiThreadPrefetchData,
     MultiThreadRunner,
+    ParallelMapData,
     PrefetchData,
     PrefetchDataZMQ,
     RemoteDataZMQ,
     ThreadedMapData,
+    autotune,
     send_dataflow_zmq,
 )
 from dataflow.profiler import profile
@@ -103,6 +106,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AUTOTUNE",
     "AugmentImageComponent",
     "AugmentImageComponents",
     "AugmentImageCoordinates",
@@ -146,6 +150,7 @@ __all__ = [
     "MultiThreadPrefetchData",
     "MultiThreadRunner",
     "NumpySerializer",
+    "ParallelMapData",
     "PrefetchData",
     "PrefetchDataZMQ",
     "PrintData",
@@ -166,6 +171,7 @@ __all__ = [
     "UnknownLengthError",
     "WorkerError",
     "__version__",
+    "autotune",
     "get_seed",
     "profile",
     "send_dataflow_zmq",

@@ -21,7 +21,8 @@ from typing import Any
 from dataflow.parallel._budget import cpu_budget
 from dataflow.parallel._controller import Controller, Measurement
 
-__all__ = ["AUTOTUNE", "CpuShare", "StageTuner", "default_share", "is_auto", "resolve_buffer"]
+__all__ = ["AUTOTUNE", "CpuShare", "StageTuner", "default_share", "is_auto", "resolve_buffer",
+           "resolve_runner_count"]
 
 logger = logging.getLogger("dataflow.parallel")
 
@@ -40,6 +41,16 @@ THREADS_PER_CORE = 4
 def is_auto(value: Any) -> bool:
     """``value`` is the ``"auto"`` setting."""
     return isinstance(value, str) and value == AUTOTUNE
+
+
+def resolve_runner_count(value: Any, default_buffer: int | None = None) -> Any:
+    """A runner's ``"auto"`` worker count: the CPU budget's cores, fixed when it is built (a
+    runner's workers each iterate their own copy of the flow, so their number is part of what
+    it yields: it is not changed live). ``default_buffer``: the value of an ``"auto"`` buffer
+    (its queue of finished datapoints). Anything else is returned unchanged."""
+    if is_auto(value):
+        return default_buffer if default_buffer is not None else default_share().cores
+    return value
 
 
 def resolve_buffer(buffer_size: Any, maximum: int) -> Any:

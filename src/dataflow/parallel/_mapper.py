@@ -182,7 +182,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         ds: DataFlow,
         num_workers: Any,
         map_func: Callable[[Any], Any] | None,
-        buffer_size: int,
+        buffer_size: Any,
         strict: bool,
         ordered: bool,
         on_error: str = "raise",

@@ -16,7 +16,7 @@ from dataflow import _global_rng
 from dataflow import rng as _rng
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated, WorkerError
-from dataflow.parallel._autotune import THREADS_PER_CORE
+from dataflow.parallel._autotune import THREADS_PER_CORE, resolve_runner_count
 from dataflow.parallel._mapper import MapperBase
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._worker import map_loop, queue_emitter, runner_loop
@@ -75,7 +75,8 @@ class MultiThreadRunner(RunnerBase):
 
     Tensorpack's contract: ``get_df`` is called once per thread (in ``__init__``)
     to build that thread's own flow, which the thread iterates forever into a queue of
-    ``num_prefetch`` datapoints. ``len()`` is the first flow's length; each ``__iter__``
+    ``num_prefetch`` datapoints (``"auto"``: 16; ``num_thread="auto"``: the CPU budget's
+    cores, fixed). ``len()`` is the first flow's length; each ``__iter__``
     yields that many datapoints (or forever when unknown).
 
     Unlike tensorpack: each flow is reset once (by ``reset_state()``, as runner worker ``i``,
@@ -88,12 +89,15 @@ class MultiThreadRunner(RunnerBase):
     """
 
     @renamed_kwargs(nr_prefetch="num_prefetch", nr_thread="num_thread")
-    def __init__(self, get_df: Callable[[], DataFlow], num_prefetch: int, num_thread: int) -> None:
+    def __init__(self, get_df: Callable[[], DataFlow], num_prefetch: int | str,
+                 num_thread: int | str) -> None:
         if not callable(get_df):
             raise TypeError(
                 f"`get_df` must be a zero-argument callable returning a DataFlow, got "
                 f"{get_df!r}; pass e.g. get_df=lambda: DataFromList(lst)."
             )
+        num_thread = resolve_runner_count(num_thread)
+        num_prefetch = resolve_runner_count(num_prefetch, 16)
         self.num_thread = self._num_workers = check_positive_int(num_thread, "num_thread")
         self.num_prefetch = check_positive_int(num_prefetch, "num_prefetch", 16)
         self.dfs = [get_df() for _ in range(self.num_thread)]
@@ -273,6 +277,10 @@ class MultiThreadMapData(MapperBase):
     ordered=True``; strict and unordered, the rest of the epoch holds every undelivered result
     exactly once; ``strict=False``, the stream continues without loss or repetition. Details:
     :meth:`MapperBase.state_dict <dataflow.parallel._mapper.MapperBase.state_dict>`.
+
+    ``num_thread="auto"`` (:data:`dataflow.AUTOTUNE`): the thread count is tuned while it
+    runs, up to 4 threads per core of the CPU budget; ``buffer_size="auto"``: room for the most
+    threads it may run. :meth:`resize` changes the count by hand.
     """
 
     profile_hint = "thread-map"
@@ -282,9 +290,9 @@ class MultiThreadMapData(MapperBase):
 
     @renamed_kwargs(nr_thread="num_thread")
     def __init__(
-        self, ds: DataFlow, num_thread: int | None = None,
+        self, ds: DataFlow, num_thread: int | str | None = None,
         map_func: Callable[[Any], Any] | None = None, *,
-        buffer_size: int = 200, strict: bool = False, ordered: bool = False,
+        buffer_size: int | str = 200, strict: bool = False, ordered: bool = False,
         seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
     ) -> None:
         super().__init__(ds, num_thread, map_func, buffer_size, strict, ordered, on_error,
