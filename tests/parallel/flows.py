@@ -225,3 +225,18 @@ def random_draws(dp: list) -> list:
     gen = _rng.input_rng()
     return [i, int(np.random.randint(1 << 30)), random.random(),
             int(gen.randint(1 << 30)) if gen is not None else -1]
+
+
+def waits(dp: list) -> list:
+    """Waits 2 ms (like a read from storage) and holds no CPU."""
+    time.sleep(0.002)
+    return dp
+
+
+def spin(dp: list) -> list:
+    """Pure-Python work that holds the GIL for about 2 ms."""
+    deadline = time.thread_time() + 0.002
+    n = 0
+    while time.thread_time() < deadline:
+        n += 1
+    return dp
