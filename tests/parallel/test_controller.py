@@ -39,10 +39,10 @@ def test_climbs_to_the_cores_and_stops() -> None:
     ctl = Controller(1, 16, 1)
     counts = run(ctl, model(100, 4, 1e9), 30)
     assert counts[-1] == 4
-    assert ctl.converged_at is not None and ctl.converged_at <= 16
-    # one probe past the knee and one below it, both reverted; nothing after
+    assert ctl.converged_at is not None and ctl.converged_at <= 20
+    # a big and a small probe past the knee and one below it, all reverted; nothing after
     assert [(d.old, d.new) for d in ctl.decisions] == [
-        (1, 2), (2, 3), (3, 4), (4, 5), (5, 4), (4, 3), (3, 4)]
+        (1, 2), (2, 3), (3, 4), (4, 6), (6, 4), (4, 5), (5, 4), (4, 3), (3, 4)]
     assert counts[ctl.converged_at:] == [4] * (30 - ctl.converged_at)
 
 

@@ -35,7 +35,7 @@ WINDOW = 0.5
 
 #: thread workers per core the controller may try (threads that wait on storage or release
 #: the GIL are cheap; the controller stops where more do not pay)
-THREADS_PER_CORE = 4
+THREADS_PER_CORE = 16
 
 
 def is_auto(value: Any) -> bool:

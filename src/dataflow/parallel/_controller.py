@@ -13,7 +13,7 @@ The rules:
   were ready whenever it asked): adding a worker cannot help, so none is added; one is given
   back (down to the lowest count known to keep up), to leave the CPU to the consumer (a
   trainer's own work);
-* **the workers are the bottleneck**: try one more worker (or a quarter more, for large
+* **the workers are the bottleneck**: try one more worker (or half as many more, for larger
   counts); keep it if the throughput rose by at least ``gain`` (5 %), else go back and stop
   climbing there; then try one fewer (the cores may be fewer than the workers);
 * a worker given back is taken back if the throughput fell by more than ``loss`` (4 %) against the
@@ -92,7 +92,7 @@ class Controller:
         self.workers = min(max(self.start, self.minimum), self.maximum)
 
     def _step_size(self) -> int:
-        return max(1, self.workers // 4)
+        return max(1, self.workers // 2)
 
     def _change(self, new: int, reason: str, rate: float) -> int:
         new = min(max(new, self.minimum), self.maximum)
@@ -151,6 +151,8 @@ class Controller:
                                     "giving a worker back", rate)
         else:  # the workers are the bottleneck
             up = n + self._step_size()
+            if self._ceiling is not None and up >= self._ceiling[0]:
+                up = n + 1  # a big step did not pay: a small one may
             if n < self.maximum and (self._ceiling is None or up < self._ceiling[0]):
                 self._probe, self._chain = (n, rate), None
                 return self._change(up, f"worker-bound (consumer waited {m.wait:.0%}): "
