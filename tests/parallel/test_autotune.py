@@ -148,3 +148,15 @@ def test_profiler_shows_the_decisions(short_windows) -> None:
     text = report.format()
     assert f"autotune: stage 0 (MultiThreadMapData): {m.num_workers} workers" in text
     assert report.to_dict()["stages"][0]["autotune"]["workers"] == m.num_workers
+
+
+def test_the_batching_mapper_is_not_resized_live() -> None:
+    b = MultiProcessMapAndBatchDataZMQ(flows.Range(8), 2, flows.waits, 4)
+    with b:
+        itr = iter(b)
+        assert len(next(itr)[0]) == 4
+        with pytest.raises(NotImplementedError, match="MultiProcessMapAndBatchDataZMQ cannot "
+                           "change its worker count while it runs"):
+            b.resize(3)
+        itr.close()
+    assert b.num_proc == 2

@@ -246,10 +246,18 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         order, and random draws stay keyed by each input's (epoch, position): the output of a
         seeded strict ordered mapper is the same whatever the resizes."""
         n = check_positive_int(num_workers, "num_workers")
+        if self._started and self._transport is not None:
+            if not self._can_resize():
+                raise NotImplementedError(
+                    f"{type(self).__name__} cannot change its worker count while it runs; "
+                    "close() it and call resize() before it starts again.")
+            self._transport.resize(n)
         self.num_workers = n
         self._set_worker_attr(n)
-        if self._started and self._transport is not None:
-            self._transport.resize(n)
+
+    def _can_resize(self) -> bool:
+        """Whether the back end's transport resizes live (it has ``resize(n)``)."""
+        return callable(getattr(self._transport, "resize", None))
 
     def _set_worker_attr(self, n: int) -> None:
         """Keep the back end's own name of the count (``num_proc``, ``num_thread``) in step."""
@@ -257,8 +265,8 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
 
     def _start_tuner(self) -> None:
         sched = self._sched
-        if not self.autotuned or sched is None:
-            return
+        if not self.autotuned or sched is None or not self._can_resize():
+            return  # (a back end that cannot resize keeps the count it started with)
         share = self._share()
         maximum = share.maximum(self, self._core_per_worker)
         ctl = Controller(1, maximum, self.num_workers)

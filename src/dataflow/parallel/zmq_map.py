@@ -278,6 +278,9 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
     def _chunk_size(self) -> int:
         return self.batch_size
 
+    def _can_resize(self) -> bool:
+        return False  # a retired worker's incomplete batch would hold its inputs back
+
     _counts_results = False  # a result holds zero or more batches: count the batches
 
     def _stream(self, sched: MapScheduler) -> Iterator[Any]:
