@@ -77,9 +77,9 @@ def test_window_after_a_change_is_not_measured() -> None:
        start=st.integers(1, 16), seed=st.integers(0, 2**16))
 def test_stable_and_thrifty_under_noise(per: float, cores: int, consumer_x: float, start: int,
                                         seed: int) -> None:
-    """With 2 % noise: at most one change per hold period once converged (no oscillation),
-    within 10 % of the best throughput, and no more workers than the best count needs plus
-    one probe."""
+    """With 2 % noise: at most one round of probes per hold period once converged (no
+    oscillation), within 10 % of the best throughput, and no more workers than the best count
+    needs plus one probe."""
     consumer = per * consumer_x
     ctl = Controller(1, 16, start, hold=40)
     measure = model(per, cores, consumer, noise=0.02, seed=seed)
@@ -88,7 +88,9 @@ def test_stable_and_thrifty_under_noise(per: float, cores: int, consumer_x: floa
     needed = min(cores, int(-(-consumer // per)))  # the fewest workers reaching `best`
     tail = run(ctl, measure, 40)
     changes = sum(1 for a, b in itertools.pairwise(tail) if a != b)
-    assert changes <= 4
+    # at most one re-probe per hold period: a big and a small step up and one down, each
+    # reverted
+    assert changes <= 6
     # the settled count: enough for the best rate, not wasteful
     settled = max(set(tail), key=tail.count)
     assert min(per * min(settled, cores), consumer) >= 0.9 * best

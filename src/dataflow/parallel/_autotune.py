@@ -4,8 +4,9 @@ autotuned stages of a pipeline share (:class:`CpuShare`), and a stage's live tun
 :class:`~dataflow.parallel._controller.Controller`'s worker counts.
 
 What the measurements are: a window lasts at least ``WINDOW`` seconds of iteration; its
-``rate`` is inputs dispatched per second (in the steady state, the results the workers deliver,
-bounded by the in-flight limit when the consumer is slow), its ``wait`` the fraction of the
+``rate`` is inputs the workers answered per second (bounded by the in-flight limit when the
+consumer is slow; the first window, which fills the buffer, is not measured), its ``wait`` the
+fraction of the
 window the consumer spent blocked waiting for a result. Time the consumer spends away from the
 mapper (the trainer's step) is part of the window: a slow consumer waits little, so the
 controller gives workers back.
@@ -95,11 +96,12 @@ class StageTuner:
     line per decision."""
 
     def __init__(self, name: str, controller: Controller, resize: Callable[[int], None],
-                 dispatched: Callable[[], int], share: CpuShare, per_worker: float) -> None:
+                 answered: Callable[[], int], share: CpuShare, per_worker: float) -> None:
         self.name, self.controller, self._resize = name, controller, resize
-        self._dispatched, self.share, self.per_worker = dispatched, share, per_worker
+        self._answered, self.share, self.per_worker = answered, share, per_worker
         self._start = time.perf_counter()
-        self._count = dispatched()
+        self._count = answered()
+        controller.skip_window()  # (the first window fills the buffer)
         self._waited = 0.0
         share.claim(self, controller.workers, per_worker)
 
@@ -110,7 +112,7 @@ class StageTuner:
         elapsed = now - self._start
         if elapsed < WINDOW:
             return
-        count = self._dispatched()
+        count = self._answered()
         ctl = self.controller
         m = Measurement(ctl.workers, (count - self._count) / elapsed,
                         min(1.0, self._waited / elapsed))
@@ -126,7 +128,7 @@ class StageTuner:
     def pause(self) -> None:
         """The consumer stopped iterating: the next window starts when it comes back."""
         self._start = time.perf_counter()
-        self._count = self._dispatched()
+        self._count = self._answered()
         self._waited = 0.0
 
     def close(self) -> None:

@@ -91,6 +91,10 @@ class Controller:
         self.minimum = max(1, min(self.minimum, self.maximum))
         self.workers = min(max(self.start, self.minimum), self.maximum)
 
+    def skip_window(self) -> None:
+        """Do not measure the next window (a start, a restart: queues fill)."""
+        self._settle = True
+
     def _step_size(self) -> int:
         return max(1, self.workers // 2)
 

@@ -274,7 +274,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             ctl.window = int(self._tuned.get("window", 0))
         if ctl.workers != self.num_workers:
             self.resize(ctl.workers)
-        self._tuner = StageTuner(type(self).__name__, ctl, self.resize, sched.dispatched,
+        self._tuner = StageTuner(type(self).__name__, ctl, self.resize, lambda: sched.answered,
                                  share, self._core_per_worker)
         sched.tuner = self._tuner
 

@@ -62,6 +62,8 @@ class MapScheduler:
         self.strict, self.stage = strict, stage
         #: called with ``(worker, start, end)`` of each chunk a worker mapped (the profiler)
         self.on_span: Callable[[int, float, float], None] | None = None
+        #: inputs the workers answered so far (all passes; the autotuner's throughput)
+        self.answered = 0
         #: told how long each wait for a result took (the autotuner; see ``_autotune``)
         self.tuner: Any = None
         #: the bad-sample policy (``None``: a worker error is raised)
@@ -170,6 +172,7 @@ class MapScheduler:
     def _handle(self, msg: tuple) -> None:
         kind, payload = msg[0], msg[2]
         if kind == DATA:
+            self.answered += len(payload)
             if self.on_span is not None and len(msg) > 3:
                 self.on_span(msg[1], *msg[3])
             policy, failed = self.policy, self._failed
