@@ -34,6 +34,7 @@ from dataflow.image import (
     ImageFromFile,
 )
 from dataflow.parallel import (
+    AUTOTUNE,
     MultiProcessMapAndBatchData,
     MultiProcessMapAndBatchDataZMQ,
     MultiProcessMapData,
@@ -45,12 +46,14 @@ from dataflow.parallel import (
     MultiThreadMapData,
     MultiThreadPrefetchData,
     MultiThreadRunner,
+    ParallelMapData,
     PlasmaGetData,
     PlasmaPutData,
     PrefetchData,
     PrefetchDataZMQ,
     RemoteDataZMQ,
     ThreadedMapData,
+    autotune,
     send_dataflow_zmq,
 )
 from dataflow.profiler import profile
@@ -134,6 +137,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AUTOTUNE",
     "AugmentImageComponent",
     "AugmentImageComponents",
     "AugmentImageCoordinates",
@@ -177,6 +181,7 @@ __all__ = [
     "MultiThreadPrefetchData",
     "MultiThreadRunner",
     "NumpySerializer",
+    "ParallelMapData",
     "PlasmaGetData",
     "PlasmaPutData",
     "PrefetchData",
@@ -199,6 +204,7 @@ __all__ = [
     "UnknownLengthError",
     "WorkerError",
     "__version__",
+    "autotune",
     "dataset",
     "get_seed",
     "imgaug",

@@ -89,6 +89,7 @@ class StageStats:
     workers: int | None = None  # a parallel stage's number of workers
     workers_busy: float | None = None  # the share of their time its workers were busy
     skipped: int | None = None  # inputs skipped under the bad-sample policy during the run
+    autotune: dict[str, Any] | None = None  # an autotuned stage's controller: count, decisions
     _fill_sum: float = field(default=0.0, repr=False)
     _fill_n: int = field(default=0, repr=False)
 
@@ -221,6 +222,7 @@ class ProfileReport:
         verdict = (f"no bottleneck: {self.suggestion}" if stage is None else
                    f"bottleneck: stage {self.bottleneck} ({stage.name}): {self.suggestion}")
         out += ["", f"{self.items} datapoints in {self.seconds:.2f} s ({rate:,.1f}/s)", verdict]
+        out += _autotune_lines(self.stages)
         return "\n".join(out)
 
 
@@ -325,6 +327,25 @@ def profile(
             df.close()
 
 
+#: decisions of each autotuned stage shown by ProfileReport.format()
+_SHOWN_DECISIONS = 3
+
+
+def _autotune_lines(stages: list[StageStats]) -> list[str]:
+    """What the autotuner of each autotuned stage chose and why (its last decisions)."""
+    out = []
+    for s in stages:
+        if s.autotune is None:
+            continue
+        tuned = s.autotune
+        done = tuned.get("converged_at")
+        out.append(f"autotune: stage {s.index} ({s.name}): {tuned['workers']} workers"
+                   + (f", steady since window {done}" if done is not None else ", tuning"))
+        out += [f"  window {d['window']}: {d['old']} -> {d['new']}: {d['reason']}"
+                for d in tuned.get("decisions", [])[-_SHOWN_DECISIONS:]]
+    return out
+
+
 def _profile(df: DataFlow, num: int, warmup: int, trace: bool, consume: Any) -> ProfileReport:
     if warmup:
         _consume(df, warmup, consume)
@@ -349,6 +370,9 @@ def _profile(df: DataFlow, num: int, warmup: int, trace: bool, consume: Any) -> 
     for s, p, before in zip(stats, policies, skipped0):
         if p is not None and before is not None:
             s.skipped = p.total - before
+    for (_, f), s in zip(stages, stats):
+        tuned = getattr(f, "autotune_state", None)
+        s.autotune = tuned() if callable(tuned) else None
     for s in stats:
         if s._fill_n:
             s.queue_fill = s._fill_sum / s._fill_n

@@ -215,3 +215,28 @@ def die_at_7(dp: list) -> list:
         os.kill(os.getpid(), 9)
     time.sleep(0.001)
     return dp
+
+
+def random_draws(dp: list) -> list:
+    """``[i, np.random draw, random draw, input_rng draw]``, after an uneven short sleep (the
+    results finish out of order): a function of the input's key only."""
+    i = dp[0]
+    time.sleep((i * 7919 % 3) * 0.0003)
+    gen = _rng.input_rng()
+    return [i, int(np.random.randint(1 << 30)), random.random(),
+            int(gen.randint(1 << 30)) if gen is not None else -1]
+
+
+def waits(dp: list) -> list:
+    """Waits 2 ms (like a read from storage) and holds no CPU."""
+    time.sleep(0.002)
+    return dp
+
+
+def spin(dp: list) -> list:
+    """Pure-Python work that holds the GIL for about 2 ms."""
+    deadline = time.thread_time() + 0.002
+    n = 0
+    while time.thread_time() < deadline:
+        n += 1
+    return dp

@@ -17,7 +17,10 @@ SIGNATURES = {
     "MultiProcessMapAndBatchDataZMQ": "(ds, num_proc, map_func, batch_size, buffer_size=None)",
     "send_dataflow_zmq": "(df, addr, hwm=50, format=None, bind=False)",
     "RemoteDataZMQ": "(addr1, addr2=None, hwm=50, bind=True)",
+    "ParallelMapData": "(ds, num_workers='auto', map_func=None)",
 }
+#: the autotuner's setting and whole-pipeline entry point
+AUTOTUNING = {"AUTOTUNE", "autotune"}
 ALIASES = {
     "PrefetchData": "MultiProcessRunner",
     "MultiProcessPrefetchData": "MultiProcessRunner",
@@ -63,7 +66,8 @@ def test_legacy_signature(name):
 
 def test_all_is_sorted_and_complete():
     assert par.__all__ == sorted(par.__all__)
-    assert set(par.__all__) == set(SIGNATURES) | set(ALIASES) | set(LEGACY)
+    assert set(par.__all__) == set(SIGNATURES) | set(ALIASES) | set(LEGACY) | AUTOTUNING
+    assert par.AUTOTUNE == "auto"
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ import pytest
 SRC = Path(__file__).resolve().parents[2] / "src" / "dataflow"
 SHARED = {"_protocol", "_worker", "_scheduler", "_mapper", "_runner", "_lifecycle",
           "_processes", "_wire", "_zmq", "shared_memory", "_segments", "_shm_space", "_ring",
-          "_shm_reaper"}
+          "_shm_reaper", "_autotune", "_budget", "_controller"}
 BACK_ENDS = {"parallel/thread.py", "parallel/process.py", "parallel/zmq_map.py",
              "parallel/zmq_runner.py", "parallel/remote.py", "ray/map.py", "ray/runner.py"}
 

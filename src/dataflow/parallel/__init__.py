@@ -25,6 +25,12 @@ shared memory; tensorpack had them in this module but not in its ``__all__``). W
 are raised in the consumer as :class:`~dataflow.errors.WorkerError`; nothing hangs, nothing is
 lost, no process is left behind.
 
+Autotuning (``tuning``, over ``_budget``: the CPU budget; ``_controller``: the worker-count
+controller; ``_autotune``: a stage's live tuner): a worker count or buffer of ``"auto"``
+(:data:`AUTOTUNE`) is chosen, and a mapper's worker count kept tuned while it runs
+(``resize()``), within the process's CPU budget; :func:`autotune` gives a pipeline's stages one
+budget; :func:`ParallelMapData` also picks the back end.
+
 Every runner and mapper can save and restore where its iteration stands (``state_dict()`` /
 ``load_state_dict()``, JSON-serializable): ordered mappers resume exactly, unordered ones
 deliver every input not yet delivered exactly once, runners continue each worker's stream right
@@ -39,6 +45,7 @@ from dataflow.parallel.plasma import PlasmaGetData, PlasmaPutData
 from dataflow.parallel.process import MultiProcessPrefetchData, MultiProcessRunner, PrefetchData
 from dataflow.parallel.remote import RemoteDataZMQ, send_dataflow_zmq
 from dataflow.parallel.thread import MultiThreadMapData, MultiThreadPrefetchData, MultiThreadRunner
+from dataflow.parallel.tuning import AUTOTUNE, ParallelMapData, autotune
 from dataflow.parallel.zmq_map import (
     MultiProcessMapAndBatchData,
     MultiProcessMapAndBatchDataZMQ,
@@ -60,10 +67,25 @@ def ThreadedMapData(ds: Any, nr_thread: int | None = None,
                               **options)
 
 __all__ = [
-    "MultiProcessMapAndBatchData", "MultiProcessMapAndBatchDataZMQ", "MultiProcessMapData",
-    "MultiProcessMapDataComponentSharedArray", "MultiProcessMapDataZMQ",
-    "MultiProcessPrefetchData", "MultiProcessRunner", "MultiProcessRunnerZMQ",
-    "MultiThreadMapData", "MultiThreadPrefetchData", "MultiThreadRunner", "PlasmaGetData",
-    "PlasmaPutData", "PrefetchData",
-    "PrefetchDataZMQ", "RemoteDataZMQ", "ThreadedMapData", "send_dataflow_zmq",
+    "AUTOTUNE",
+    "MultiProcessMapAndBatchData",
+    "MultiProcessMapAndBatchDataZMQ",
+    "MultiProcessMapData",
+    "MultiProcessMapDataComponentSharedArray",
+    "MultiProcessMapDataZMQ",
+    "MultiProcessPrefetchData",
+    "MultiProcessRunner",
+    "MultiProcessRunnerZMQ",
+    "MultiThreadMapData",
+    "MultiThreadPrefetchData",
+    "MultiThreadRunner",
+    "ParallelMapData",
+    "PlasmaGetData",
+    "PlasmaPutData",
+    "PrefetchData",
+    "PrefetchDataZMQ",
+    "RemoteDataZMQ",
+    "ThreadedMapData",
+    "autotune",
+    "send_dataflow_zmq",
 ]

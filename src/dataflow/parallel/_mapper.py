@@ -20,6 +20,14 @@ from typing import Any
 from dataflow import rng as _rng
 from dataflow.base import DataFlow, ProxyDataFlow
 from dataflow.errors import WorkerError
+from dataflow.parallel._autotune import (
+    CpuShare,
+    StageTuner,
+    default_share,
+    is_auto,
+    resolve_buffer,
+)
+from dataflow.parallel._controller import Controller
 from dataflow.parallel._lifecycle import Lifecycle
 from dataflow.parallel._scheduler import (
     MapScheduler,
@@ -163,6 +171,8 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
     profile_hint = "process-map"
 
     _worker_arg = "num_workers"
+    #: a worker's share of a core, for the CPU budget (a thread that waits costs little)
+    _core_per_worker = 1.0
     _counts_results = True  # each result of the scheduler is one datapoint of this flow
     _live: int | None = None  # _pos - scheduler.yielded() during an epoch
     seed: int | None = None  # base seed of the inputs' random streams
@@ -172,7 +182,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         ds: DataFlow,
         num_workers: Any,
         map_func: Callable[[Any], Any] | None,
-        buffer_size: int,
+        buffer_size: Any,
         strict: bool,
         ordered: bool,
         on_error: str = "raise",
@@ -180,8 +190,14 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
     ) -> None:
         ProxyDataFlow.__init__(self, ds)
         _check_order(type(self).__name__, self._worker_arg, num_workers, map_func)
+        #: the CPU budget this stage shares with the other autotuned stages (see ``autotune``)
+        self.cpu_share: CpuShare | None = None
+        self.autotuned = is_auto(num_workers)
+        if self.autotuned:
+            num_workers = self._auto_start(self._auto_maximum())
         self.num_workers = check_positive_int(num_workers, self._worker_arg)
         self.map_func = check_callable(map_func, "map_func", "lambda dp: [dp[0] * 2]")
+        buffer_size = resolve_buffer(buffer_size, self._planned_workers())
         self.buffer_size = check_positive_int(buffer_size, "buffer_size", 200)
         self.strict = bool(strict)
         self.ordered = bool(ordered)
@@ -194,7 +210,83 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         # after load_state_dict: (child_pos, read, pending) and the child's state to resume from
         self._resume_progress: tuple[int, int, list[int]] | None = None
         self._resume_child: dict[str, Any] | None = None
+        self._tuner: StageTuner | None = None
+        self._tuned: dict[str, Any] | None = None  # the controller's last state (a restore's)
         self._init_lifecycle()
+
+    # ---- autotuning ---------------------------------------------------------------------------
+
+    def _shutdown(self) -> None:
+        tuner, self._tuner = self._tuner, None
+        if tuner is not None:
+            tuner.close()
+            self._tuned = tuner.state()
+        super()._shutdown()
+
+    def _share(self) -> CpuShare:
+        if self.cpu_share is None:
+            self.cpu_share = default_share()
+        return self.cpu_share
+
+    def _auto_maximum(self) -> int:
+        """The most workers an autotuned stage may try, from the CPU budget."""
+        return self._share().maximum(self, self._core_per_worker)
+
+    def _auto_start(self, maximum: int) -> int:
+        """The first worker count of an autotuned stage (the controller climbs from there)."""
+        return max(1, maximum // 2) if self._core_per_worker >= 1 else max(1, maximum // 4)
+
+    def _planned_workers(self) -> int:
+        """Workers the buffer and chunks are sized for: the most an autotuned stage may run."""
+        return self._auto_maximum() if self.autotuned else self.num_workers
+
+    def resize(self, num_workers: int) -> None:
+        """Run ``num_workers`` workers from now on, while iterating or not (call it from the
+        consumer's thread). Nothing in flight is lost or mapped twice, results keep their
+        order, and random draws stay keyed by each input's (epoch, position): the output of a
+        seeded strict ordered mapper is the same whatever the resizes."""
+        n = check_positive_int(num_workers, "num_workers")
+        if self._started and self._transport is not None:
+            if not self._can_resize():
+                raise NotImplementedError(
+                    f"{type(self).__name__} cannot change its worker count while it runs; "
+                    "close() it and call resize() before it starts again.")
+            self._transport.resize(n)
+        self.num_workers = n
+        self._set_worker_attr(n)
+
+    def _can_resize(self) -> bool:
+        """Whether the back end's transport resizes live (it has ``resize(n)``)."""
+        return callable(getattr(self._transport, "resize", None))
+
+    def _set_worker_attr(self, n: int) -> None:
+        """Keep the back end's own name of the count (``num_proc``, ``num_thread``) in step."""
+        setattr(self, self._worker_arg, n)
+
+    def _start_tuner(self) -> None:
+        sched = self._sched
+        if not self.autotuned or sched is None or not self._can_resize():
+            return  # (a back end that cannot resize keeps the count it started with)
+        share = self._share()
+        maximum = share.maximum(self, self._core_per_worker)
+        ctl = Controller(1, maximum, self.num_workers)
+        if self._tuned is not None:  # restored: go on from the tuned count
+            ctl.window = int(self._tuned.get("window", 0))
+        if ctl.workers != self.num_workers:
+            self.resize(ctl.workers)
+        self._tuner = StageTuner(type(self).__name__, ctl, self.resize, lambda: sched.answered,
+                                 share, self._core_per_worker)
+        sched.tuner = self._tuner
+
+    def autotune_state(self) -> dict[str, Any] | None:
+        """What the autotuner chose and why (``workers``, ``decisions``...), ``None`` when
+        the worker count is not ``"auto"``; also in ``state_dict()["autotune"]`` and the
+        profiler's report."""
+        if not self.autotuned:
+            return None
+        if self._tuner is not None:
+            return self._tuner.state()
+        return self._tuned or {"workers": self.num_workers, "decisions": []}
 
     _transport: Any = None  # the back end's MapTransport, set by _start()
 
@@ -211,10 +303,11 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         """Inputs per request: up to 16 (fewer queue operations and messages), but small enough
         to keep every worker busy: at most a quarter of a worker's share of the buffer and,
         in strict mode, of one epoch (tiny epochs of heavy maps stay parallel)."""
-        share = self.buffer_size // (self._CHUNK_SHARE * self.num_workers)
+        workers = self._planned_workers()
+        share = self.buffer_size // (self._CHUNK_SHARE * workers)
         n = known_length(self.ds) if self.strict else None
         if n:
-            share = min(share, n // (4 * self.num_workers))
+            share = min(share, n // (4 * workers))
         return max(1, min(self._CHUNK_MAX, share))
 
     def reset_state(self) -> None:
@@ -231,6 +324,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         self._sched.policy = self.error_policy
         self._checkpoints.first_undelivered = self._sched.first_undelivered
         self.trace_workers(self._recorder)
+        self._start_tuner()
         if not self.strict:
             self._start_stream()
         self._started = True
@@ -307,6 +401,8 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             self._resume_progress = None
         # _pos counts what the scheduler yields from now on (a subclass may count itself)
         self._live = self._pos - sched.yielded() if self._counts_results else None
+        if self._tuner is not None:
+            self._tuner.pause()
         return self._run(token)
 
     def _stream(self, sched: MapScheduler) -> Iterator[Any]:
@@ -389,6 +485,9 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
                 "load_state_dict() for it."
             )
         state.update(child_pos=cpos, read=read, pending=pending, child=child)
+        tuned = self.autotune_state()
+        if tuned is not None:  # informative; a restore starts from the tuned count
+            state["autotune"] = tuned
         if self.error_policy is not None:
             errors = self.error_policy.state()
             if sched is not None and self._resume_progress is None:
@@ -409,6 +508,10 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             expected["size"] = known_length(self.ds)
         check_state(state, self, **expected)
         progress = check_progress(state, type(self).__name__)
+        tuned = state.get("autotune")
+        if self.autotuned and isinstance(tuned, dict) and isinstance(tuned.get("workers"), int):
+            self._tuned = tuned
+            self.resize(max(1, min(tuned["workers"], self._auto_maximum())))
         self.restore_epoch(state)
         self.ds.load_state_dict(state["child"])
         self._resume_child = state["child"]

@@ -314,9 +314,7 @@ class ProcessPool:
             for p in self.procs:
                 p.start()
 
-    def replace(self, i: int, args: tuple) -> None:
-        """Start a new process in the slot of worker ``i`` (which died), running
-        ``target(*args)``."""
+    def _spawn(self, i: int, args: tuple) -> Any:
         p = self.ctx.Process(target=self.target, args=args,  # type: ignore[attr-defined]
                              name=f"{self.name}-{i}",
                              daemon=False)
@@ -326,10 +324,27 @@ class ProcessPool:
                 category=DeprecationWarning,
             )
             p.start()
+        return p
+
+    def replace(self, i: int, args: tuple) -> None:
+        """Start a new process in the slot of worker ``i`` (which died), running
+        ``target(*args)``."""
+        p = self._spawn(i, args)
         self.retired.append(self.procs[i])
         self.procs[i] = p
         self.reported.discard(i)
         self.restarts += 1
+
+    def add(self, args: tuple) -> int:
+        """Start one more worker, running ``target(*args)``; returns its slot (the next one)."""
+        slot = len(self.procs)
+        self.procs.append(self._spawn(slot, args))
+        self.assigned[slot] = {}
+        return slot
+
+    def retire(self, i: int) -> None:
+        """Worker ``i`` was told to stop: its exit is not a death."""
+        self.reported.add(i)
 
     @property
     def pids(self) -> list[int | None]:

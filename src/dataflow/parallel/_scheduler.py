@@ -20,6 +20,7 @@ restores; :meth:`MapScheduler.progress` says which positions were delivered.
 from __future__ import annotations
 
 import itertools
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -61,6 +62,10 @@ class MapScheduler:
         self.strict, self.stage = strict, stage
         #: called with ``(worker, start, end)`` of each chunk a worker mapped (the profiler)
         self.on_span: Callable[[int, float, float], None] | None = None
+        #: inputs the workers answered so far (all passes; the autotuner's throughput)
+        self.answered = 0
+        #: told how long each wait for a result took (the autotuner; see ``_autotune``)
+        self.tuner: Any = None
         #: the bad-sample policy (``None``: a worker error is raised)
         self.policy: ErrorPolicy | None = None
         self._failed: set[int] = set()  # indices whose ERROR was skipped; their DATA is due
@@ -167,6 +172,7 @@ class MapScheduler:
     def _handle(self, msg: tuple) -> None:
         kind, payload = msg[0], msg[2]
         if kind == DATA:
+            self.answered += len(payload)
             if self.on_span is not None and len(msg) > 3:
                 self.on_span(msg[1], *msg[3])
             policy, failed = self.policy, self._failed
@@ -299,7 +305,13 @@ class MapScheduler:
             if not self._outstanding:  # nothing to wait for: _fill can submit now
                 continue
             try:
-                msg = self.transport.receive(POLL_INTERVAL)
+                tuner = self.tuner
+                if tuner is None:
+                    msg = self.transport.receive(POLL_INTERVAL)
+                else:  # the autotuner measures how long the consumer waits for results
+                    t0 = time.perf_counter()
+                    msg = self.transport.receive(POLL_INTERVAL)
+                    tuner.waited(time.perf_counter() - t0)
             except WorkerError as e:
                 if e.index is not None and e.index in self._outstanding:
                     raise WorkerError(

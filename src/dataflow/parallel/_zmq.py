@@ -127,15 +127,19 @@ class ZmqMapTransport(_Consumer):
         self.budget = RestartBudget(0, 0)
         self.dispatched = 0  # inputs sent to workers
         self._channels = num_workers  # channel ids of the workers started so far
+        self.retiring: set[int] = set()  # told to retire: no new work; stopped once drained
+        self.stopped: set[int] = set()  # retired slots
+        self._new_progress: Callable[[], Any] | None = None
 
     def attach(self, pool: ProcessPool, respawn: Callable[[int, int, Ring | None, Any], tuple]
                | None = None, max_restarts: int = 0, progress: list[Any] | None = None,
-               window: int = 0) -> None:
+               window: int = 0, new_progress: Callable[[], Any] | None = None) -> None:
         """Use ``pool``'s death checks; with ``respawn(slot, channel, ring, progress)`` (the
         arguments of a new worker), replace workers that die, at most ``max_restarts`` within
-        ``window`` inputs (see :meth:`_died`); ``progress[slot]`` is the index worker ``slot``
-        is mapping."""
-        self.pool = pool
+        ``window`` inputs (see :meth:`_died`), and start more on :meth:`resize`;
+        ``progress[slot]`` is the index worker ``slot`` is mapping (``new_progress()`` makes
+        one for an added worker)."""
+        self.pool, self._new_progress = pool, new_progress
         pool.assigned = {i: {} for i in range(len(self.load))}
         self._respawn, self.max_restarts = respawn, max_restarts
         self.budget = RestartBudget(max_restarts, window)
@@ -152,6 +156,11 @@ class ZmqMapTransport(_Consumer):
         death is raised) once ``max_restarts`` workers were replaced."""
         pool = self.pool
         assert pool is not None and self._respawn is not None
+        if slot in self.retiring:  # it was leaving anyway: send its inputs again, elsewhere
+            self._resend.extend(pool.assigned.get(slot, {}).values())
+            pool.assigned[slot] = {}
+            self._stopped(slot)
+            return True
         if not self.budget.allow(self.dispatched):
             return False
         proc = pool.procs[slot]
@@ -186,6 +195,54 @@ class ZmqMapTransport(_Consumer):
             f", {len(poison)} poison input(s) given up" if poison else "")
         return True
 
+    def workers(self) -> int:
+        """Workers running or starting, less those told to retire."""
+        return len(self.load) - len(self.retiring) - len(self.stopped)
+
+    def resize(self, n: int) -> None:
+        """Run ``n`` workers from now on. An added worker is started like a replacement (a new
+        slot, channel and ring) and gets work once it is ready; a retired one gets no new work,
+        and is told to stop once every input sent to it is answered: no input is lost or
+        mapped twice, and each input's key travels with it."""
+        pool, respawn = self.pool, self._respawn
+        assert pool is not None and respawn is not None, "attach() a pool first"
+        while self.workers() < n:
+            slot = len(self.load)
+            self.load.append(0)
+            progress = self._new_progress() if self._new_progress is not None else None
+            if self.progress:
+                self.progress.append(progress)
+            channel, ring = self._new_channel()
+            pool.add(respawn(slot, channel, ring, progress))
+        while self.workers() > n:
+            active = [s for s in range(len(self.load))
+                      if s not in self.retiring and s not in self.stopped]
+            slot = max(active, key=lambda s: (s not in self.ready, -self.load[s], s))
+            self.ready.discard(slot)
+            self.retiring.add(slot)
+            self._stop_if_drained(slot)
+
+    def _stop_if_drained(self, slot: int) -> None:
+        """Tell retiring worker ``slot`` to stop, if nothing sent to it is unanswered (and it
+        is connected: else when its ``READY`` comes)."""
+        pool = self.pool
+        if pool is None or pool.assigned.get(slot):
+            return
+        try:
+            self.sock.send_multipart([b"w%d" % slot, *self.codec.encode(None)], copy=False)
+        except self.zmq.ZMQError as e:
+            if e.errno != self.zmq.EHOSTUNREACH:
+                raise
+            return  # not connected yet (or dead: the death check sees it)
+        self._stopped(slot)
+
+    def _stopped(self, slot: int) -> None:
+        assert self.pool is not None
+        self.pool.retire(slot)
+        self.retiring.discard(slot)
+        self.stopped.add(slot)
+        self.load[slot] = 0
+
     def _flush_resend(self) -> None:
         if self._resend and self.ready:
             chunk, self._resend = self._resend, []
@@ -201,7 +258,10 @@ class ZmqMapTransport(_Consumer):
             msg = self.decoder.decode(frames[1:])
             kind, wid = msg[0], msg[1]
             if kind == READY:
-                self.ready.add(wid)
+                if wid in self.retiring:
+                    self._stop_if_drained(wid)
+                elif wid not in self.stopped:  # (a worker stopped as soon as it connected)
+                    self.ready.add(wid)
                 timeout = 0
                 continue
             if kind == DATA:
@@ -209,6 +269,8 @@ class ZmqMapTransport(_Consumer):
                 for idx, _ in msg[2]:
                     assigned.pop(idx, None)
                 self.load[wid] = max(0, self.load[wid] - len(msg[2]))
+                if not assigned and wid in self.retiring:
+                    self._stop_if_drained(wid)
             return msg
 
     def submit(self, chunk: list) -> None:

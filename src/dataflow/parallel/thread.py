@@ -16,6 +16,7 @@ from dataflow import _global_rng
 from dataflow import rng as _rng
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated, WorkerError
+from dataflow.parallel._autotune import THREADS_PER_CORE, resolve_runner_count
 from dataflow.parallel._mapper import MapperBase
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._worker import map_loop, queue_emitter, runner_loop
@@ -40,16 +41,23 @@ class _ThreadGroup:
             for i, loop in enumerate(loops)
         ]
         self.name = name
+        self.retired: set[int] = set()  # threads that ended on purpose (a resize)
 
     def start(self) -> None:
         for t in self.threads:
             t.start()
 
+    def add(self, loop: Callable[[], None]) -> None:
+        """Start one more thread running ``loop`` (id ``len(threads)``)."""
+        t = threading.Thread(target=loop, name=f"{self.name}-{len(self.threads)}", daemon=True)
+        self.threads.append(t)
+        t.start()
+
     def check(self, ignore: Collection[int] = ()) -> None:
         if self.stop.is_set():
             return
         for i, t in enumerate(self.threads):
-            if i not in ignore and not t.is_alive():
+            if i not in ignore and i not in self.retired and not t.is_alive():
                 raise WorkerError(
                     "WorkerDied", f"worker thread {i} ended unexpectedly", worker_id=i,
                     stage=self.name,
@@ -67,7 +75,8 @@ class MultiThreadRunner(RunnerBase):
 
     Tensorpack's contract: ``get_df`` is called once per thread (in ``__init__``)
     to build that thread's own flow, which the thread iterates forever into a queue of
-    ``num_prefetch`` datapoints. ``len()`` is the first flow's length; each ``__iter__``
+    ``num_prefetch`` datapoints (``"auto"``: 16; ``num_thread="auto"``: the CPU budget's
+    cores, fixed). ``len()`` is the first flow's length; each ``__iter__``
     yields that many datapoints (or forever when unknown).
 
     Unlike tensorpack: each flow is reset once (by ``reset_state()``, as runner worker ``i``,
@@ -80,12 +89,15 @@ class MultiThreadRunner(RunnerBase):
     """
 
     @renamed_kwargs(nr_prefetch="num_prefetch", nr_thread="num_thread")
-    def __init__(self, get_df: Callable[[], DataFlow], num_prefetch: int, num_thread: int) -> None:
+    def __init__(self, get_df: Callable[[], DataFlow], num_prefetch: int | str,
+                 num_thread: int | str) -> None:
         if not callable(get_df):
             raise TypeError(
                 f"`get_df` must be a zero-argument callable returning a DataFlow, got "
                 f"{get_df!r}; pass e.g. get_df=lambda: DataFromList(lst)."
             )
+        num_thread = resolve_runner_count(num_thread)
+        num_prefetch = resolve_runner_count(num_prefetch, 16)
         self.num_thread = self._num_workers = check_positive_int(num_thread, "num_thread")
         self.num_prefetch = check_positive_int(num_prefetch, "num_prefetch", 16)
         self.dfs = [get_df() for _ in range(self.num_thread)]
@@ -173,29 +185,49 @@ class _QueueTransport:
             return None
 
 
+#: the input-queue entry that ends the thread that takes it (a resize)
+_RETIRE = object()
+
+
 class _ThreadMapTransport:
     """The mapper's transport: an input queue that the threads take chunks from, an output
-    queue of their messages."""
+    queue of their messages. :meth:`resize` starts threads, or queues a retire token that ends
+    whichever thread takes it after the chunks queued before it: no input is lost or mapped
+    twice, and each input's key travels with it, so its result does not depend on which
+    thread mapped it."""
 
     def __init__(self, map_func: Callable[[Any], Any], num_thread: int, name: str,
                  inputs: tuple[int, tuple[int, ...]]) -> None:
         self._in: queue.SimpleQueue = queue.SimpleQueue()
         self._out: queue.SimpleQueue = queue.SimpleQueue()
-        stop = threading.Event()
+        self._stop = threading.Event()
+        self._loop = functools.partial(map_loop, emit=self._out.put, map_func=map_func,
+                                       stage=name, inputs=inputs)
+        self.group = _ThreadGroup(name, [self._worker(i) for i in range(num_thread)], self._stop)
+        self.workers = num_thread  # threads running or starting, less those told to retire
+        self.group.start()
+
+    def _worker(self, i: int) -> Callable[[], None]:
+        stop, inq = self._stop, self._in
 
         def receive() -> list | None:
-            chunk = self._in.get()
+            chunk = inq.get()
+            if chunk is _RETIRE:
+                self.group.retired.add(i)
+                return None
             return None if stop.is_set() else chunk  # on close, skip the queued work
 
-        self.group = _ThreadGroup(
-            name,
-            [
-                functools.partial(map_loop, receive, self._out.put, map_func, i, name, inputs)
-                for i in range(num_thread)
-            ],
-            stop,
-        )
-        self.group.start()
+        return functools.partial(self._loop, receive, worker_id=i)
+
+    def resize(self, n: int) -> None:
+        """Run ``n`` threads from now on (each retiring thread finishes the chunk it has)."""
+        self._check_open()
+        while self.workers < n:
+            self.group.add(self._worker(len(self.group.threads)))
+            self.workers += 1
+        while self.workers > n:
+            self._in.put(_RETIRE)
+            self.workers -= 1
 
     def submit(self, chunk: list) -> None:
         self._check_open()
@@ -245,17 +277,22 @@ class MultiThreadMapData(MapperBase):
     ordered=True``; strict and unordered, the rest of the epoch holds every undelivered result
     exactly once; ``strict=False``, the stream continues without loss or repetition. Details:
     :meth:`MapperBase.state_dict <dataflow.parallel._mapper.MapperBase.state_dict>`.
+
+    ``num_thread="auto"`` (:data:`dataflow.AUTOTUNE`): the thread count is tuned while it
+    runs, up to 16 threads per core of the CPU budget; ``buffer_size="auto"``: room for the most
+    threads it may run. :meth:`resize` changes the count by hand.
     """
 
     profile_hint = "thread-map"
 
     _worker_arg = "num_thread"
+    _core_per_worker = 1 / THREADS_PER_CORE
 
     @renamed_kwargs(nr_thread="num_thread")
     def __init__(
-        self, ds: DataFlow, num_thread: int | None = None,
+        self, ds: DataFlow, num_thread: int | str | None = None,
         map_func: Callable[[Any], Any] | None = None, *,
-        buffer_size: int = 200, strict: bool = False, ordered: bool = False,
+        buffer_size: int | str = 200, strict: bool = False, ordered: bool = False,
         seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
     ) -> None:
         super().__init__(ds, num_thread, map_func, buffer_size, strict, ordered, on_error,

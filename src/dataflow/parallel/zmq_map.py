@@ -16,6 +16,7 @@ import numpy as np
 
 from dataflow.base import DataFlow, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
+from dataflow.parallel._autotune import default_share, is_auto
 from dataflow.parallel._lifecycle import Resources
 from dataflow.parallel._mapper import MapperBase
 from dataflow.parallel._processes import ProcessPool, get_context, parent_info, worker_bootstrap
@@ -143,7 +144,8 @@ class _ZmqMapperBase(MapperBase):
             mapper=True,
         )
         transport.attach(pool, args, self.max_restarts, progress,
-                         known_length(self.ds) or RESTART_WINDOW)
+                         known_length(self.ds) or RESTART_WINDOW,
+                         lambda: ctx.Value("q", -1, lock=False))
         pool.start()
 
     def _stop(self) -> None:
@@ -182,6 +184,10 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
     exactly once; ``strict=False``, the stream continues without loss or repetition. Details:
     :meth:`MapperBase.state_dict <dataflow.parallel._mapper.MapperBase.state_dict>`.
 
+    ``num_proc="auto"`` (:data:`dataflow.AUTOTUNE`): the worker count is tuned while it runs,
+    within the CPU budget (see :doc:`autotune`); ``buffer_size="auto"``: room for the most
+    workers the budget allows. :meth:`resize` changes the count by hand.
+
     Args:
         start_method: ``None`` (fork on Linux), ``'fork'``, ``'forkserver'`` or ``'spawn'``
             (then ``map_func`` must be picklable: no lambdas).
@@ -190,9 +196,9 @@ class MultiProcessMapDataZMQ(_ZmqMapperBase):
 
     @renamed_kwargs(nr_proc="num_proc")
     def __init__(
-        self, ds: DataFlow, num_proc: int | None = None,
+        self, ds: DataFlow, num_proc: int | str | None = None,
         map_func: Callable[[Any], Any] | None = None, *,
-        buffer_size: int = 200, strict: bool = False, ordered: bool = False,
+        buffer_size: int | str = 200, strict: bool = False, ordered: bool = False,
         start_method: str | None = None, use_shm: bool = True, max_restarts: int = 3,
         seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
     ) -> None:
@@ -210,7 +216,9 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
     ``len()``. Same as ``BatchData(MapData(ds, map_func), batch_size)`` up to order.
 
     ``buffer_size`` (inputs in flight) defaults to ``10 * batch_size`` (tensorpack documented
-    this default but crashed when it was omitted), at least ``(num_proc + 1) * batch_size``.
+    this default but crashed when it was omitted), at least ``(num_proc + 1) * batch_size``
+    (``"auto"``: the same). ``num_proc="auto"``: the CPU budget's cores, fixed (a worker's
+    incomplete batch holds inputs back, so this mapper is not resized while it runs).
 
     ``state_dict()`` saves the batches received but not yet yielded and where the input stream
     stands. After a restore every input not yet delivered in a batch comes exactly once (the
@@ -222,10 +230,10 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
     def __init__(
         self,
         ds: DataFlow,
-        num_proc: int,
+        num_proc: int | str,
         map_func: Callable[[Any], Any],
         batch_size: int,
-        buffer_size: int | None = None,
+        buffer_size: int | str | None = None,
         *,
         start_method: str | None = None, use_shm: bool = True, max_restarts: int = 3,
         seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
@@ -235,12 +243,15 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
 
             _check_order(type(self).__name__, "num_proc", num_proc, map_func)
         batch_size = check_positive_int(batch_size, "batch_size", 32)
+        # "auto": the CPU budget's cores, fixed (a retired worker would keep the inputs of its
+        # incomplete batch unanswered, so this mapper is not resized live)
+        num_proc = default_share().cores if is_auto(num_proc) else num_proc
         num_proc = check_positive_int(num_proc, "num_proc", 2)
         # each worker may hold batch_size - 1 inputs of an incomplete batch unanswered
         minimum = (num_proc + 1) * batch_size
-        if buffer_size is None:
+        if buffer_size is None or is_auto(buffer_size):
             buffer_size = max(10 * batch_size, minimum)
-        check_positive_int(buffer_size, "buffer_size", 10 * batch_size)
+        buffer_size = check_positive_int(buffer_size, "buffer_size", 10 * batch_size)
         if buffer_size <= batch_size:
             raise ValueError(
                 f"`buffer_size` must be larger than `batch_size` ({batch_size}), got "
@@ -266,6 +277,9 @@ class MultiProcessMapAndBatchDataZMQ(_ZmqMapperBase):
 
     def _chunk_size(self) -> int:
         return self.batch_size
+
+    def _can_resize(self) -> bool:
+        return False  # a retired worker's incomplete batch would hold its inputs back
 
     _counts_results = False  # a result holds zero or more batches: count the batches
 
@@ -343,9 +357,9 @@ class MultiProcessMapDataComponentSharedArray(ProxyDataFlow):
 
     @renamed_kwargs(nr_proc="num_proc")
     def __init__(
-        self, ds: DataFlow, num_proc: int, map_func: Callable[[Any], Any],
+        self, ds: DataFlow, num_proc: int | str, map_func: Callable[[Any], Any],
         output_shape: Any, output_dtype: Any, index: Any = 0, *,
-        buffer_size: int = 200, start_method: str | None = None, use_shm: bool = True,
+        buffer_size: int | str = 200, start_method: str | None = None, use_shm: bool = True,
         max_restarts: int = 3, seed: int | None = None, on_error: str = "raise",
         max_errors: int | float | None = None,
     ) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowError
+from dataflow.parallel._autotune import resolve_runner_count
 from dataflow.parallel._lifecycle import Resources
 from dataflow.parallel._processes import (
     ProcessPool,
@@ -73,7 +74,8 @@ class MultiProcessRunnerZMQ(RunnerBase):
 
     Args:
         ds: the flow to copy into each worker.
-        num_proc: number of worker processes.
+        num_proc: number of worker processes; ``"auto"``: the CPU budget's cores (the
+            affinity and cgroup quota; fixed, as the count is part of what is yielded).
         hwm: ZeroMQ high-water mark (messages) of each worker and of the consumer.
         start_method: ``None`` (fork on Linux, else spawn), ``'fork'``, ``'forkserver'`` or
             ``'spawn'`` (then ``ds`` must be picklable).
@@ -86,8 +88,8 @@ class MultiProcessRunnerZMQ(RunnerBase):
     def __init__(
         self,
         ds: DataFlow,
-        num_proc: int = 1,
-        hwm: int = 50,
+        num_proc: int | str = 1,
+        hwm: int | str = 50,
         *,
         start_method: str | None = None,
         use_shm: bool = True,
@@ -95,6 +97,7 @@ class MultiProcessRunnerZMQ(RunnerBase):
     ) -> None:
         super().__init__(ds)
         self.max_restarts = check_int(max_restarts, "max_restarts", minimum=0, example=3)
+        num_proc, hwm = resolve_runner_count(num_proc), resolve_runner_count(hwm, 50)
         self.num_proc = self._num_workers = check_positive_int(num_proc, "num_proc")
         self.hwm = check_positive_int(hwm, "hwm", 50)
         self.start_method = start_method

@@ -1,0 +1,138 @@
+"""Autotuned parallelism: the ``"auto"`` setting (:data:`AUTOTUNE`), the CPU budget that the
+autotuned stages of a pipeline share (:class:`CpuShare`), and a stage's live tuner
+(:class:`StageTuner`), which measures windows of a mapper's run and applies its
+:class:`~dataflow.parallel._controller.Controller`'s worker counts.
+
+What the measurements are: a window lasts at least ``WINDOW`` seconds of iteration; its
+``rate`` is inputs the workers answered per second (bounded by the in-flight limit when the
+consumer is slow; the first window, which fills the buffer, is not measured), its ``wait`` the
+fraction of the
+window the consumer spent blocked waiting for a result. Time the consumer spends away from the
+mapper (the trainer's step) is part of the window: a slow consumer waits little, so the
+controller gives workers back.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from dataflow.parallel._budget import cpu_budget
+from dataflow.parallel._controller import Controller, Measurement
+
+__all__ = ["AUTOTUNE", "CpuShare", "StageTuner", "default_share", "is_auto", "resolve_buffer",
+           "resolve_runner_count"]
+
+logger = logging.getLogger("dataflow.parallel")
+
+#: pass as a worker count, buffer size or back end to let the pipeline choose (and keep
+#: choosing while it runs)
+AUTOTUNE = "auto"
+
+#: seconds of iteration per measured window
+WINDOW = 0.5
+
+#: thread workers per core the controller may try (threads that wait on storage or release
+#: the GIL are cheap; the controller stops where more do not pay)
+THREADS_PER_CORE = 16
+
+
+def is_auto(value: Any) -> bool:
+    """``value`` is the ``"auto"`` setting."""
+    return isinstance(value, str) and value == AUTOTUNE
+
+
+def resolve_runner_count(value: Any, default_buffer: int | None = None) -> Any:
+    """A runner's ``"auto"`` worker count: the CPU budget's cores, fixed when it is built (a
+    runner's workers each iterate their own copy of the flow, so their number is part of what
+    it yields: it is not changed live). ``default_buffer``: the value of an ``"auto"`` buffer
+    (its queue of finished datapoints). Anything else is returned unchanged."""
+    if is_auto(value):
+        return default_buffer if default_buffer is not None else default_share().cores
+    return value
+
+
+def resolve_buffer(buffer_size: Any, maximum: int) -> Any:
+    """``buffer_size="auto"``: room for every worker the stage may run to keep several chunks
+    in flight (at least 200, tensorpack's default); anything else unchanged."""
+    return max(200, 16 * maximum) if is_auto(buffer_size) else buffer_size
+
+
+class CpuShare:
+    """The cores that the autotuned stages sharing it may use together: each stage's
+    controller may run at most the cores the others leave (at least one each). A process
+    worker counts a core, a thread worker ``1 / THREADS_PER_CORE`` of one."""
+
+    def __init__(self, cores: int | None = None) -> None:
+        self.cores = cpu_budget().cores if cores is None else max(1, int(cores))
+        self._claims: dict[int, float] = {}
+
+    def claim(self, owner: object, workers: int, per_worker: float) -> None:
+        self._claims[id(owner)] = workers * per_worker
+
+    def release(self, owner: object) -> None:
+        self._claims.pop(id(owner), None)
+
+    def maximum(self, owner: object, per_worker: float) -> int:
+        """Workers ``owner`` may run, given what the other stages claim."""
+        others = sum(v for k, v in self._claims.items() if k != id(owner))
+        return max(1, int((self.cores - others) / per_worker + 1e-9))
+
+
+_SHARES: list[CpuShare] = []
+
+
+def default_share() -> CpuShare:
+    """The CPU budget of the autotuned stages not given one: this process's (one for all)."""
+    if not _SHARES:
+        _SHARES.append(CpuShare())
+    return _SHARES[0]
+
+
+class StageTuner:
+    """Measures an autotuned mapper's windows and resizes it as its controller says; logs one
+    line per decision."""
+
+    def __init__(self, name: str, controller: Controller, resize: Callable[[int], None],
+                 answered: Callable[[], int], share: CpuShare, per_worker: float) -> None:
+        self.name, self.controller, self._resize = name, controller, resize
+        self._answered, self.share, self.per_worker = answered, share, per_worker
+        self._start = time.perf_counter()
+        self._count = answered()
+        controller.skip_window()  # (the first window fills the buffer)
+        self._waited = 0.0
+        share.claim(self, controller.workers, per_worker)
+
+    def waited(self, seconds: float) -> None:
+        """The consumer waited ``seconds`` for a result; closes the window when it is due."""
+        self._waited += seconds
+        now = time.perf_counter()
+        elapsed = now - self._start
+        if elapsed < WINDOW:
+            return
+        count = self._answered()
+        ctl = self.controller
+        m = Measurement(ctl.workers, (count - self._count) / elapsed,
+                        min(1.0, self._waited / elapsed))
+        self._start, self._count, self._waited = now, count, 0.0
+        ctl.maximum = self.share.maximum(self, self.per_worker)
+        old = ctl.workers
+        new = ctl.step(m)
+        if new != old:
+            logger.info("%s: %d -> %d workers: %s", self.name, old, new, ctl.decisions[-1].reason)
+            self._resize(new)
+            self.share.claim(self, new, self.per_worker)
+
+    def pause(self) -> None:
+        """The consumer stopped iterating: the next window starts when it comes back."""
+        self._start = time.perf_counter()
+        self._count = self._answered()
+        self._waited = 0.0
+
+    def close(self) -> None:
+        self.share.release(self)
+
+    def state(self) -> dict[str, Any]:
+        return self.controller.state()

@@ -1,0 +1,176 @@
+"""The worker-count controller of an autotuned stage: hill climbing on measured throughput,
+with hysteresis, that gives CPU back when the consumer is the bottleneck.
+
+The controller is a pure function of its measurements: each call of :meth:`Controller.step`
+takes one :class:`Measurement` (a window of about half a second: the workers that ran, the
+results per second the consumer got, and the fraction of the window the consumer spent waiting
+for results) and returns the worker count for the next window. It never reads a clock or the
+machine, so tests drive it with recorded or synthetic measurements.
+
+The rules:
+
+* **the consumer is the bottleneck** (it waited less than ``idle_wait`` of the window: results
+  were ready whenever it asked): adding a worker cannot help, so none is added; one is given
+  back (down to the lowest count known to keep up), to leave the CPU to the consumer (a
+  trainer's own work);
+* **the workers are the bottleneck**: try one more worker (or half as many more, for larger
+  counts); keep it if the throughput rose by at least ``gain`` (5 %), else go back and stop
+  climbing there; then try one fewer (the cores may be fewer than the workers);
+* a worker given back is taken back if the throughput fell by more than ``loss`` (4 %) against the
+  rate before the first of a run of give-backs (losses do not add up): that count is the floor;
+* a window right after a change is not measured (new workers start, queues refill);
+* **hysteresis**: a count found too small (a give-back that made the consumer wait) or too
+  large (a climb that did not pay) is a bound that holds for ``hold`` windows; then the
+  controller probes again, so it follows a workload that changes.
+
+Every change is a :class:`Decision`, kept (the last ``KEEP_DECISIONS``) for ``state_dict()``
+and the profiler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = ["Controller", "Decision", "Measurement"]
+
+#: decisions a controller keeps for its state and the profiler
+KEEP_DECISIONS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """One window: ``workers`` ran; the consumer got ``rate`` results per second and spent
+    ``wait`` (0 to 1) of the window waiting for them."""
+
+    workers: int
+    rate: float
+    wait: float
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """At window ``window`` the controller went from ``old`` to ``new`` workers because of
+    ``reason``, having measured ``rate`` results per second."""
+
+    window: int
+    old: int
+    new: int
+    reason: str
+    rate: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class Controller:
+    """Chooses the worker count of one stage, between ``minimum`` and ``maximum`` (which a
+    shared budget may lower while it runs), starting at ``start``."""
+
+    minimum: int
+    maximum: int
+    start: int
+    gain: float = 0.05
+    loss: float = 0.04
+    idle_wait: float = 0.05
+    hold: int = 40
+    workers: int = 0
+    window: int = 0
+    converged_at: int | None = None  # the first window after which nothing changed
+    decisions: list[Decision] = field(default_factory=list)
+    _settle: bool = False
+    _ceiling: tuple[int, int] | None = None  # (count that did not pay, window it was found)
+    _floor: tuple[int, int] | None = None  # (count that kept up, window it was found)
+    _probe: tuple[int, float] | None = None  # (count before a climb, its rate)
+    _giveback: tuple[int, float] | None = None  # (count before a give-back, reference rate)
+    _chain: float | None = None  # the rate before a run of give-backs began
+
+    def __post_init__(self) -> None:
+        self.maximum = max(1, self.maximum)
+        self.minimum = max(1, min(self.minimum, self.maximum))
+        self.workers = min(max(self.start, self.minimum), self.maximum)
+
+    def skip_window(self) -> None:
+        """Do not measure the next window (a start, a restart: queues fill)."""
+        self._settle = True
+
+    def _step_size(self) -> int:
+        return max(1, self.workers // 2)
+
+    def _change(self, new: int, reason: str, rate: float) -> int:
+        new = min(max(new, self.minimum), self.maximum)
+        if new != self.workers:
+            self.decisions.append(Decision(self.window, self.workers, new, reason, round(rate, 2)))
+            del self.decisions[:-KEEP_DECISIONS]
+            self.workers = new
+            self._settle = True
+            self.converged_at = None
+        elif self.converged_at is None:
+            self.converged_at = self.window
+        return self.workers
+
+    def _expire(self) -> None:
+        w = self.window
+        if self._ceiling is not None and w - self._ceiling[1] >= self.hold:
+            self._ceiling = None
+        if self._floor is not None and w - self._floor[1] >= self.hold:
+            self._floor = None
+
+    def _chain_rate(self, rate: float) -> float:
+        if self._chain is None:
+            self._chain = rate
+        return self._chain
+
+    def step(self, m: Measurement) -> int:
+        """The worker count for the next window, after measuring ``m``."""
+        self.window += 1
+        self._expire()
+        if self.workers > self.maximum:  # the shared budget shrank
+            return self._change(self.maximum, "budget lowered", m.rate)
+        if self._settle or m.workers != self.workers:
+            self._settle = False
+            return self.workers
+        n, rate = self.workers, m.rate
+        probe, self._probe = self._probe, None
+        if probe is not None:  # a climb from probe[0]: did it pay?
+            before, before_rate = probe
+            if rate < before_rate * (1 + self.gain):
+                self._ceiling = (n, self.window)
+                return self._change(before, f"{n} workers gave no more than {before} "
+                                    f"({rate:.1f} vs {before_rate:.1f}/s)", rate)
+        back, self._giveback = self._giveback, None
+        if back is not None:  # a give-back from back[0]: did it cost throughput?
+            before, before_rate = back
+            if rate < before_rate * (1 - self.loss):
+                self._floor, self._chain = (before, self.window), None
+                return self._change(before, f"{n} workers lost throughput "
+                                    f"({rate:.1f} vs {before_rate:.1f}/s): taking one back",
+                                    rate)
+            self._ceiling = (before, self.window)  # fewer did as well: no need to climb back
+        if m.wait < self.idle_wait:  # the consumer is the bottleneck
+            if n > self.minimum and (self._floor is None or n > self._floor[0]):
+                self._giveback = (n, self._chain_rate(rate))
+                return self._change(n - 1, f"consumer-bound (waited {m.wait:.0%}): "
+                                    "giving a worker back", rate)
+        else:  # the workers are the bottleneck
+            up = n + self._step_size()
+            if self._ceiling is not None and up >= self._ceiling[0]:
+                up = n + 1  # a big step did not pay: a small one may
+            if n < self.maximum and (self._ceiling is None or up < self._ceiling[0]):
+                self._probe, self._chain = (n, rate), None
+                return self._change(up, f"worker-bound (consumer waited {m.wait:.0%}): "
+                                    "trying more", rate)
+            if n > self.minimum and (self._floor is None or n > self._floor[0]):
+                # no more workers (or more did not pay): maybe fewer do as well
+                self._giveback = (n, self._chain_rate(rate))
+                return self._change(n - 1, "no more workers to try: trying one fewer", rate)
+        return self._change(n, "", rate)
+
+    def state(self) -> dict[str, Any]:
+        """What the controller chose and why, JSON-serializable."""
+        return {
+            "workers": self.workers, "minimum": self.minimum, "maximum": self.maximum,
+            "window": self.window, "converged_at": self.converged_at,
+            "decisions": [d.to_dict() for d in self.decisions],
+        }

@@ -1,0 +1,162 @@
+"""Autotuned mappers end to end: ``"auto"`` worker counts and buffers, the live tuner (its
+windows shortened so that it decides during a short test), one budget for a pipeline
+(``autotune``), the back-end choice of ``ParallelMapData``, and the decisions in
+``state_dict()`` and the profiler. Contracts only; speed is the benchmark's."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import dataflow
+from dataflow.parallel import (
+    AUTOTUNE,
+    MultiProcessMapAndBatchDataZMQ,
+    MultiProcessMapDataZMQ,
+    MultiProcessRunnerZMQ,
+    MultiThreadMapData,
+    MultiThreadRunner,
+    ParallelMapData,
+    _autotune,
+    autotune,
+)
+from dataflow.parallel._autotune import CpuShare, default_share
+from dataflow.parallel.tuning import choose_backend
+from dataflow.sources import DataFromList
+from tests.parallel import flows
+
+N = 80
+
+
+@pytest.fixture
+def short_windows(monkeypatch):
+    """Windows of 5 ms: the tuner decides many times within a test."""
+    monkeypatch.setattr(_autotune, "WINDOW", 0.005)
+
+
+def _reference(cls, **kw):
+    with cls(flows.Range(N), 2, flows.random_draws, strict=True, ordered=True, seed=4,
+             **kw) as ref:
+        return [[tuple(dp) for dp in ref] for _ in range(2)]
+
+
+@pytest.mark.parametrize("cls", [MultiThreadMapData, MultiProcessMapDataZMQ])
+def test_auto_mapper_keeps_the_outputs_and_resumes(cls, short_windows) -> None:
+    want = _reference(cls)
+    m = cls(flows.Range(N), AUTOTUNE, flows.random_draws, buffer_size="auto", strict=True,
+            ordered=True, seed=4)
+    share = default_share()
+    per = m._core_per_worker
+    maximum = share.maximum(m, per)
+    assert m.autotuned and m.buffer_size == max(200, 16 * maximum)
+    with m:
+        got = [tuple(dp) for dp in m]
+        itr = iter(m)
+        head = [tuple(next(itr)) for _ in range(30)]
+        state = m.state_dict()
+        itr.close()
+    assert got == want[0]
+    tuned = state["autotune"]
+    assert 1 <= tuned["workers"] <= maximum and tuned["maximum"] <= maximum
+    assert all(set(d) == {"window", "old", "new", "reason", "rate"}
+               for d in tuned["decisions"])
+    m2 = cls(flows.Range(N), AUTOTUNE, flows.random_draws, strict=True, ordered=True, seed=4)
+    m2.load_state_dict(state)
+    assert m2.num_workers == tuned["workers"]  # a restore starts from the tuned count
+    with m2:
+        assert head + [tuple(dp) for dp in m2] == want[1]
+
+
+def test_explicit_counts_mean_what_they_did() -> None:
+    m = MultiThreadMapData(flows.Range(5), 3, flows.waits, buffer_size=7)
+    assert (m.num_thread, m.buffer_size, m.autotuned, m.autotune_state()) == (3, 7, False, None)
+    with m:
+        assert "autotune" not in m.state_dict()
+
+
+def test_bad_settings_name_the_parameter() -> None:
+    with pytest.raises(ValueError, match="`num_thread` must be a positive int, got 'Auto'"):
+        MultiThreadMapData(flows.Range(5), "Auto", flows.waits)
+    with pytest.raises(ValueError, match="`buffer_size` must be a positive int, got 'max'"):
+        MultiProcessMapDataZMQ(flows.Range(5), 2, flows.waits, buffer_size="max")
+    with pytest.raises(ValueError, match="`backend` must be one of 'auto', 'thread', "
+                       "'process'; got 'gpu'"):
+        ParallelMapData(flows.Range(5), 2, flows.waits, backend="gpu")
+
+
+def test_runners_and_the_batching_mapper_take_the_budget() -> None:
+    cores = default_share().cores
+    r = MultiThreadRunner(lambda: DataFromList([[1]]), AUTOTUNE, AUTOTUNE)
+    assert (r.num_thread, r.num_prefetch) == (cores, 16)
+    z = MultiProcessRunnerZMQ(flows.Range(3), AUTOTUNE, AUTOTUNE)
+    assert (z.num_proc, z.hwm) == (cores, 50)
+    b = MultiProcessMapAndBatchDataZMQ(flows.Range(3), AUTOTUNE, flows.waits, 4, AUTOTUNE)
+    assert (b.num_proc, b.buffer_size, b.autotuned) == (cores, max(40, (cores + 1) * 4), False)
+    for flow in (r, z, b):
+        flow.close()
+
+
+def test_one_budget_for_the_pipeline() -> None:
+    a = MultiThreadMapData(flows.Range(N), AUTOTUNE, flows.waits, strict=True)
+    b = MultiThreadMapData(a, 2, flows.waits, strict=True)  # not autotuned: keeps its count
+    c = MultiThreadMapData(b, AUTOTUNE, flows.waits, strict=True)
+    assert autotune(c, cores=3) is c
+    assert a.cpu_share is c.cpu_share and a.cpu_share.cores == 3 and b.cpu_share is None
+    share = a.cpu_share
+    share.claim(a, 8, 0.25)  # a claims two cores' worth: c may use the one left
+    assert share.maximum(c, 0.25) == 4 and share.maximum(c, 1.0) == 1
+    share.release(a)
+    assert share.maximum(c, 1.0) == 3
+    with c:
+        assert sorted(dp[0] for dp in c) == list(range(N))
+
+
+def test_cpu_share_minimum_is_one_worker() -> None:
+    share = CpuShare(1)
+    share.claim("x", 4, 1.0)
+    assert share.maximum("y", 1.0) == 1
+
+
+@pytest.mark.parametrize(("cpu", "speedup", "cores", "backend"), [
+    (0.1, 1.0, 8, "thread"), (0.9, 1.9, 8, "thread"), (0.95, 1.05, 8, "process"),
+    (0.95, 1.05, 1, "thread"),
+])
+def test_choose_backend(cpu, speedup, cores, backend) -> None:
+    assert choose_backend(cpu, speedup, cores)[0] == backend
+
+
+def test_parallel_map_data_probes_and_logs_one_line(caplog) -> None:
+    with caplog.at_level(logging.INFO, logger="dataflow.parallel"):
+        m = ParallelMapData(flows.Range(N), AUTOTUNE, flows.waits, strict=True, ordered=True)
+    lines = [r.getMessage() for r in caplog.records if "ParallelMapData(waits)" in r.getMessage()]
+    assert lines == ["ParallelMapData(waits): it waits " + lines[0].split("it waits ")[1]]
+    assert isinstance(m, MultiThreadMapData) and m.autotuned  # waiting work: threads
+    with m:
+        assert [dp[0] for dp in m] == list(range(N))
+    pinned = ParallelMapData(flows.Range(3), 2, flows.spin, backend="process")
+    assert isinstance(pinned, MultiProcessMapDataZMQ) and pinned.num_proc == 2
+    pinned.close()
+
+
+def test_profiler_shows_the_decisions(short_windows) -> None:
+    m = MultiThreadMapData(flows.Range(400), AUTOTUNE, flows.waits)
+    with m:
+        report = dataflow.profile(m, num=150, warmup=5)
+    stage = report.stages[0]
+    assert stage.autotune is not None and stage.autotune["workers"] == m.num_workers
+    text = report.format()
+    assert f"autotune: stage 0 (MultiThreadMapData): {m.num_workers} workers" in text
+    assert report.to_dict()["stages"][0]["autotune"]["workers"] == m.num_workers
+
+
+def test_the_batching_mapper_is_not_resized_live() -> None:
+    b = MultiProcessMapAndBatchDataZMQ(flows.Range(8), 2, flows.waits, 4)
+    with b:
+        itr = iter(b)
+        assert len(next(itr)[0]) == 4
+        with pytest.raises(NotImplementedError, match="MultiProcessMapAndBatchDataZMQ cannot "
+                           "change its worker count while it runs"):
+            b.resize(3)
+        itr.close()
+    assert b.num_proc == 2
