@@ -16,6 +16,10 @@ import numpy as np
 
 from dataflow.imgaug._cv2 import cv2
 
+#: OpenCV untyped, for the calls whose stubs differ between its releases (scalars as the second
+#: argument of add/subtract are known to some and not to others)
+_cv2_any: Any = cv2
+
 __all__ = [
     "IMAGE_DTYPES",
     "add_scalar",
@@ -244,7 +248,7 @@ def add_scalar(img: np.ndarray, delta: float, clip: bool = True) -> np.ndarray:
     if img.dtype == _UINT8:
         d = float(round(delta))  # round half to even, like np.rint
         if img.ndim == 2 or img.shape[2] <= 4:
-            return cv2.add(img, (d, d, d, d)).reshape(img.shape)  # type: ignore[call-overload]
+            return _cv2_any.add(img, (d, d, d, d)).reshape(img.shape)
         return _lut(img, _ARANGE256 + np.float32(d))
     return finish(img + img.dtype.type(delta), img.dtype, clip)
 
@@ -415,9 +419,8 @@ def lighting(img: np.ndarray, inc: Sequence[float] | np.ndarray, clip: bool = Tr
             # saturating integer passes (OpenCV scalars saturate to uint8, hence add/subtract)
             k = np.rint(inc32).astype(np.int64).tolist()
             up, down = [max(x, 0) for x in k], [max(-x, 0) for x in k]
-            # (OpenCV's stubs do not know scalars as second arguments)
-            out = cv2.add(img, (*up, 0)) if any(up) else img.copy()  # type: ignore[call-overload]
-            return (cv2.subtract(out, (*down, 0))  # type: ignore[call-overload]
+            out = _cv2_any.add(img, (*up, 0)) if any(up) else img.copy()
+            return (_cv2_any.subtract(out, (*down, 0))
                     if any(down) else out)
         # near a tie, a per-channel table computed in float32 as the float path computes
         table = np.arange(256, dtype=np.float32)[:, None] + inc32[None]
