@@ -15,7 +15,7 @@ DEMO_VENV ?= .venv-demo
 DEMO_PY := $(DEMO_VENV)/bin/python
 DEMO_STAMP := $(DEMO_VENV)/.installed
 JPEG_SOURCES := setup.py src/dataflow/_jpegmodule.c src/dataflow/_jpegresize.c \
-	src/dataflow/_jpeg.h
+	src/dataflow/_jpeg.h src/dataflow/_stackmodule.c
 
 .PHONY: demo test lint clean jpeg-build-deps
 

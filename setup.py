@@ -1,11 +1,14 @@
-"""Builds the optional C extension ``dataflow._jpeg`` (region-of-interest JPEG decoding on
-libjpeg-turbo); everything else is declared in pyproject.toml.
+"""Builds the optional C extensions ``dataflow._jpeg`` (region-of-interest JPEG decoding on
+libjpeg-turbo) and ``dataflow._stack`` (BatchData's stacking of equal arrays, plain C); everything
+else is declared in pyproject.toml.
 
 The extension needs a C compiler and libjpeg-turbo's headers (Debian/Ubuntu:
 ``apt-get install libjpeg62-turbo-dev`` or ``libjpeg-turbo8-dev``; Fedora:
 ``libjpeg-turbo-devel``). Where either is missing the build goes on without it and prints why;
 ``dataflow.jpeg`` then decodes whole images with OpenCV and logs once that the fast path is off.
-``DATAFLOW_REQUIRE_JPEG_EXT=1`` turns a failed build into an error (``make test`` sets it).
+Without ``dataflow._stack`` (no compiler), BatchData stacks with NumPy alone.
+``DATAFLOW_REQUIRE_JPEG_EXT=1`` turns a failed build of either into an error (``make test`` sets
+it).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ REQUIRE = os.environ.get("DATAFLOW_REQUIRE_JPEG_EXT") == "1"
 
 
 class OptionalBuildExt(build_ext):
-    """``build_ext`` that reports a failure to build ``dataflow._jpeg`` instead of failing."""
+    """``build_ext`` that reports a failure to build an extension instead of failing."""
 
     def run(self) -> None:
         self._failed: set[str] = set()
@@ -35,16 +38,20 @@ class OptionalBuildExt(build_ext):
             super().build_extension(ext)
         except Exception as e:  # missing jpeglib.h or libjpeg: a compile or link error
             self._failed.add(ext.name)
-            self._skip(e)
+            self._skip(e, ext.name)
 
     def copy_extensions_to_source(self) -> None:  # in-place (editable) builds
         self.extensions = [e for e in self.extensions if e.name not in self._failed]
         super().copy_extensions_to_source()
 
     @staticmethod
-    def _skip(e: Exception) -> None:
+    def _skip(e: Exception, name: str = "dataflow._jpeg") -> None:
         if REQUIRE:
             raise e
+        if name == "dataflow._stack":
+            print(f"WARNING: dataflow._stack was not built ({type(e).__name__}: {e}); "
+                  "BatchData stacks with NumPy alone.", file=sys.stderr)
+            return
         print(
             "WARNING: dataflow._jpeg (the libjpeg-turbo region decoder) was not built "
             f"({type(e).__name__}: {e}); dataflow.jpeg falls back to decoding whole images with "
@@ -62,7 +69,9 @@ setup(
             depends=["src/dataflow/_jpeg.h"],
             libraries=["jpeg", "m", "pthread"],
             extra_compile_args=["-O3"],
-        )
+        ),
+        Extension("dataflow._stack", sources=["src/dataflow/_stackmodule.c"],
+                  extra_compile_args=["-O3"]),
     ],
     cmdclass={"build_ext": OptionalBuildExt},
 )

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dataflow as df
+from dataflow.wrappers import batch as batch_module
 from dataflow.wrappers.batch import stack_component
 
 
@@ -125,3 +128,57 @@ def test_mixed_numbers_and_strings_refused():
 def test_datapoints_with_fewer_components_are_refused():
     with pytest.raises(ValueError, match=r"same number of components, got \[1, 2\]"):
         df.BatchData.aggregate_batch([[1, 2], [3]])
+
+
+# ---- the C fast path of stacking (dataflow._stack) against NumPy's own ------------------------
+
+_DTYPES = [np.float32, np.float64, np.int64, np.int32, np.uint8, np.bool_, ">f4", "<U3"]
+
+
+def _same_as_numpy(values):
+    try:
+        want = np.asarray(values)
+    except ValueError:
+        with pytest.raises(ValueError, match="different shapes"):
+            stack_component(values)
+        return
+    got = stack_component(values)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.array_equal(got, want)
+    assert got.flags.writeable and got.flags.c_contiguous
+
+
+@pytest.mark.skipif(batch_module._fill is None, reason="dataflow._stack was not built")
+@given(st.lists(st.tuples(st.sampled_from(_DTYPES), st.sampled_from([(), (3,), (2, 3), (3, 2)]),
+                          st.booleans()), min_size=1, max_size=6), st.integers(0, 2**32 - 1))
+@settings(max_examples=200, deadline=None)
+def test_stacking_arrays_gives_what_numpy_gives(specs, seed):
+    rs = np.random.RandomState(seed)
+    values = []
+    for dtype, shape, strided in specs:
+        a = (rs.rand(*shape, 2) * 100).astype(dtype)
+        values.append(a[..., 0] if strided else np.ascontiguousarray(a[..., 0]))
+    _same_as_numpy(values)
+
+
+@pytest.mark.skipif(batch_module._fill is None, reason="dataflow._stack was not built")
+def test_stacking_equal_arrays_and_scalars_copies_them():
+    arrs = [np.full(32, i, np.float32) for i in range(64)]
+    got = stack_component(arrs)
+    assert got.dtype == np.float32 and got.shape == (64, 32)
+    assert got[:, 0].tolist() == list(range(64)) and got[:, 31].tolist() == list(range(64))
+    arrs[0][0] = -1  # a copy, not a view
+    assert got[0, 0] == 0
+    scalars = [np.int64(i) for i in range(64)]
+    assert stack_component(scalars).dtype == np.int64
+    assert stack_component(scalars).tolist() == list(range(64))
+    # a float64 scalar among int64 ones promotes, as NumPy does
+    mixed = stack_component([np.int64(1), np.float64(2.5)])
+    assert mixed.dtype == np.float64 and mixed.tolist() == [1.0, 2.5]
+    # object arrays are never copied as raw pointers
+    objs = [np.array([{"a": i}], dtype=object) for i in range(3)]
+    got = stack_component(objs)
+    assert got.dtype == object and [d["a"] for d in got[:, 0]] == [0, 1, 2]
+    # the same total size but other shapes is a ragged batch
+    with pytest.raises(ValueError, match="different shapes"):
+        stack_component([np.zeros((2, 3)), np.zeros((3, 2))])

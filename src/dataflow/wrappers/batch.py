@@ -14,6 +14,12 @@ from dataflow.state import check_state, decode_items, encode_items
 
 __all__ = ["BatchData", "BatchDataByShape", "stack_component"]
 
+try:  # the optional C extension: copies equal arrays into the batch, one memcpy each
+    from dataflow._stack import fill as _fill
+except ImportError:  # not built (no C compiler): NumPy stacks alone
+    _fill = None
+
+
 def _describe(values: Sequence[Any]) -> str:
     parts = []
     for i, v in enumerate(values):
@@ -48,6 +54,12 @@ def stack_component(values: Sequence[Any], key: Any = 0) -> np.ndarray:
     try:
         ftype = type(first)
         if ftype is np.ndarray or isinstance(first, np.generic):
+            if _fill is not None and first.dtype.kind not in "OMmV" and first.dtype.isnative:
+                # every element of first's type, dtype and shape (the usual batch): copied in
+                # as they are, the result np.asarray gives, without its per-element discovery
+                out = np.empty((len(values), *first.shape), first.dtype)
+                if _fill(out, values, first):
+                    return out
             return np.asarray(values)  # stacks along a new axis; raises on ragged shapes
         if ftype is float:  # Python floats (ints and bools among them become floats too)
             try:
