@@ -17,6 +17,7 @@ __all__ = [
     "ImageDecodeError",
     "NoneResultError",
     "ReconstructedError",
+    "ShardReadError",
     "StateMismatchError",
     "UnknownLengthError",
     "WorkerError",
@@ -143,3 +144,19 @@ class NoneResultError(DataFlowError, ValueError):
 class ErrorBudgetError(DataFlowError, RuntimeError):
     """A map stage with ``on_error="skip"`` or ``"warn"`` skipped more inputs in one epoch than
     its ``max_errors`` allows; the message summarizes the failures."""
+
+
+class ShardReadError(DataFlowError, OSError):
+    """Reading a shard failed for good: the retries are exhausted, or the failure is not one
+    that a retry can cure (a missing object, a refused permission). ``url`` and ``offset``
+    (the first byte not received) say where; ``cause`` is the last underlying error."""
+
+    def __init__(self, url: str, offset: int, cause: BaseException | None = None) -> None:
+        self.url = url
+        self.offset = offset
+        self.cause = cause
+        reason = f"{type(cause).__name__}: {cause}" if cause is not None else "unknown error"
+        super().__init__(f"reading {url} failed at byte {offset}: {reason}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, BaseException | None]]:
+        return type(self), (self.url, self.offset, self.cause)
