@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import re
+import socket
 import threading
 import urllib.parse
 from collections.abc import Mapping
@@ -89,12 +90,21 @@ class _HTTPBody:
         if reuse and not self._resp.will_close and self._resp.read(1) == b"":
             self._client._put(self._key, self._conn)
         else:
-            self._conn.close()
+            self._client._drop(self._conn)
+
+    def abort(self) -> None:
+        """Wake a read blocked in another thread (the fetcher is closing)."""
+        sock = self._conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
     def close(self) -> None:
         if not self._done:  # unread bytes remain: the connection cannot be reused
             self._done = True
-            self._conn.close()
+            self._client._drop(self._conn)
 
 
 class HTTPClient(StorageClient):
@@ -105,22 +115,29 @@ class HTTPClient(StorageClient):
     def __init__(self, timeout: float = 30.0, headers: Mapping[str, str] | None = None) -> None:
         self._timeout = timeout
         self._headers = dict(headers or {})
-        self._local = threading.local()
-        self._all: set[_Conn] = set()
+        self._idle: dict[_Key, list[_Conn]] = {}  # kept-alive connections, free to reuse
+        self._all: set[_Conn] = set()  # every connection not yet closed
         self._lock = threading.Lock()
 
     def _get(self, key: _Key) -> _Conn:
-        pool: dict[_Key, _Conn] = self._local.__dict__.setdefault("pool", {})
-        conn = pool.pop(key, None)
-        if conn is None:
-            cls = http.client.HTTPSConnection if key[0] == "https" else http.client.HTTPConnection
-            conn = cls(key[1], key[2], timeout=self._timeout)
-            with self._lock:
-                self._all.add(conn)
+        with self._lock:
+            idle = self._idle.get(key)
+            if idle:
+                return idle.pop()
+        cls = http.client.HTTPSConnection if key[0] == "https" else http.client.HTTPConnection
+        conn = cls(key[1], key[2], timeout=self._timeout)
+        with self._lock:
+            self._all.add(conn)
         return conn
 
     def _put(self, key: _Key, conn: _Conn) -> None:
-        self._local.__dict__.setdefault("pool", {})[key] = conn
+        with self._lock:
+            self._idle.setdefault(key, []).append(conn)
+
+    def _drop(self, conn: _Conn) -> None:
+        conn.close()
+        with self._lock:
+            self._all.discard(conn)
 
     def _request(self, method: str, url: str, headers: dict[str, str]
                  ) -> tuple[_Key, _Conn, http.client.HTTPResponse]:
@@ -131,11 +148,11 @@ class HTTPClient(StorageClient):
                 conn.request(method, path, headers={**self._headers, **headers})
                 return key, conn, conn.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                conn.close()
+                self._drop(conn)
                 if attempt:  # a kept-alive connection the server had closed: one fresh try
                     raise
             except BaseException:
-                conn.close()
+                self._drop(conn)
                 raise
         raise AssertionError("unreachable")
 
@@ -143,7 +160,7 @@ class HTTPClient(StorageClient):
         key, conn, resp = self._request("HEAD", url, {})
         resp.read()
         if resp.will_close:
-            conn.close()
+            self._drop(conn)
         else:
             self._put(key, conn)
         raise_for_status(resp.status, resp.reason, url)
@@ -159,12 +176,12 @@ class HTTPClient(StorageClient):
         key, conn, resp = self._request("GET", url, {"Range": rng})
         if resp.status == 416:  # the range starts at or past the end
             resp.read()
-            conn.close()
+            self._drop(conn)
             return _EmptyBody()
         try:
             raise_for_status(resp.status, resp.reason, url)
         except OSError:
-            conn.close()
+            self._drop(conn)
             raise
         length_h = resp.getheader("Content-Length")
         length = int(length_h) if length_h is not None else None
@@ -184,7 +201,8 @@ class HTTPClient(StorageClient):
 
     def close(self) -> None:
         with self._lock:
-            conns, self._all = self._all, set()
+            conns, self._all = list(self._all), set()
+            self._idle.clear()
         for c in conns:
             c.close()
 
