@@ -156,15 +156,18 @@ class _ProxyHandler(http.server.BaseHTTPRequestHandler):
         for k, v in resp.getheaders():
             if k.lower() not in ("connection", "transfer-encoding", "content-length"):
                 self.send_header(k, v)
-        self.send_header("Content-Length", str(len(data)))
+        length = resp.getheader("Content-Length") if self.command == "HEAD" else len(data)
+        self.send_header("Content-Length", str(length or 0))
         self.end_headers()
         if self.command == "HEAD":
             return
         if fault is None:
             self.wfile.write(data)
+            owner.count_sent(len(data))
             return
         kind, after = fault
         self.wfile.write(data[:after])
+        owner.count_sent(len(data[:after]))
         self.wfile.flush()
         if kind == "stall":  # hold the connection open, sending nothing, until stopped
             owner.stopping.wait()
@@ -192,6 +195,7 @@ class FaultProxy(_Server):
         self.always: tuple[str, int] | None = None
         self.injected = 0
         self.gets = 0
+        self.body_bytes = 0  # GET body bytes sent
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         super().__init__()
@@ -202,6 +206,10 @@ class FaultProxy(_Server):
             fault = self.faults.popleft() if self.faults else self.always
             self.injected += fault is not None
             return fault
+
+    def count_sent(self, n: int) -> None:
+        with self._lock:
+            self.body_bytes += n
 
     def stop(self) -> None:
         self.stopping.set()

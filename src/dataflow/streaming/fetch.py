@@ -299,6 +299,8 @@ class ShardFetcher:
                     if d.claim is None and d.started:
                         # a memory download serves one reader only: this one gets its own
                         d = Download(*key)
+                    elif d.opened:  # read again from this process's copy
+                        st.shared.cache_hits += 1
             else:
                 d = st.pending.pop(key, None) or Download(*key)
             if d in st.plan:
