@@ -320,7 +320,8 @@ class ShardFetcher:
 
     def stats(self) -> dict[str, float]:
         """Counters: ``bytes_read`` (received from storage), ``mb_per_s`` (their rate since
-        the first request), ``bytes_in_flight`` (received, not yet read), ``cache_hits``,
+        the first request), ``bytes_in_flight`` (received, not yet read; ``peak_bytes_in_flight``: its
+        largest value), ``cache_hits``,
         ``cache_misses``, ``retries``, ``errors``."""
         sh = self._state.shared
         with sh.cond:
@@ -329,6 +330,7 @@ class ShardFetcher:
                 "bytes_read": sh.bytes_read,
                 "mb_per_s": sh.bytes_read / 1e6 / elapsed if elapsed > 0 else 0.0,
                 "bytes_in_flight": sh.in_flight,
+                "peak_bytes_in_flight": sh.peak_in_flight,
                 "cache_hits": sh.cache_hits,
                 "cache_misses": sh.cache_misses,
                 "retries": sh.retries_done,
