@@ -117,9 +117,11 @@ class S3Client(StorageClient):
 
     def open_range(self, url: str, start: int, end: int | None) -> RangeBody:
         bucket, key = split_s3_url(url)
-        rng = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
+        kwargs = {"Bucket": bucket, "Key": key}
+        if start or end is not None:  # a whole object is asked without Range (served fastest)
+            kwargs["Range"] = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
         try:
-            resp = self._client.get_object(Bucket=bucket, Key=key, Range=rng)
+            resp = self._client.get_object(**kwargs)
         except Exception as e:
             if isinstance(e, self._exc.ClientError) and e.response.get("Error", {}).get(
                     "Code") == "InvalidRange":
@@ -129,6 +131,8 @@ class S3Client(StorageClient):
             raise self._translate(e, url) from e
         m = _CONTENT_RANGE.match(resp.get("ContentRange") or "")
         total = int(m.group(1)) if m else None
+        if "Range" not in kwargs:
+            total = int(resp["ContentLength"])
         return _S3Body(resp["Body"], total, self._body_errors)
 
     def close(self) -> None:
