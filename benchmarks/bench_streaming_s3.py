@@ -46,6 +46,16 @@ def make_shard(total: int, seed: int) -> bytes:
     return buf.getvalue()
 
 
+def _drain(read: Any) -> int:
+    """Bytes returned by ``read(CHUNK)`` until it returns nothing."""
+    n = 0
+    while True:
+        b = read(CHUNK)
+        if not b:
+            return n
+        n += len(b)
+
+
 def _parallel(keys: list[str], read_one: Any) -> float:
     """MB/s of ``read_one(key) -> bytes`` over ``keys``, CONCURRENCY at a time."""
     todo = list(keys)
@@ -79,13 +89,7 @@ def raw_boto3(endpoint: str, keys: list[str]) -> float:
         "s3", endpoint_url=endpoint, config=Config(max_pool_connections=CONCURRENCY * 2))
 
     def read(key: str) -> int:
-        body = client.get_object(Bucket=BUCKET, Key=key)["Body"]
-        n = 0
-        while True:
-            b = body.read(CHUNK)
-            if not b:
-                return n
-            n += len(b)
+        return _drain(client.get_object(Bucket=BUCKET, Key=key)["Body"].read)
 
     try:
         return _parallel(keys, read)
@@ -115,12 +119,7 @@ def raw_s3fs(endpoint: str, keys: list[str]) -> float:
 
     def read(key: str) -> int:
         with fs.open(f"{BUCKET}/{key}", "rb", block_size=8 * CHUNK) as f:
-            n = 0
-            while True:
-                b = f.read(CHUNK)
-                if not b:
-                    return n
-                n += len(b)
+            return _drain(f.read)
 
     return _parallel(keys, read)
 
@@ -135,11 +134,7 @@ def ours(endpoint: str, keys: list[str]) -> float:
         f.prefetch([(u, 0, None) for u in urls])
         for u in urls:
             with f.open(u) as s:
-                while True:
-                    b = s.read1(CHUNK)
-                    if not b:
-                        break
-                    n += len(b)
+                n += _drain(s.read1)
     return n / 1e6 / (time.perf_counter() - t0)
 
 

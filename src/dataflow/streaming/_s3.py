@@ -1,22 +1,28 @@
 """``s3://bucket/key`` through boto3 (extra ``s3``).
 
-boto3 was chosen by measurement against the alternatives (s3fs, obstore) on the same server;
-see ``benchmarks/RESULTS.md``. It also follows the whole standard AWS chain for credentials
-(environment, ``~/.aws/credentials`` and ``~/.aws/config``, profiles, instance roles) and
-``AWS_ENDPOINT_URL``. boto3's own retries are turned off: the fetcher retries, resuming at the
-first byte it lacks.
+boto3, s3fs and obstore were measured side by side on the same server
+(``benchmarks/bench_streaming_s3.py``, figures in ``benchmarks/RESULTS.md``): obstore's raw
+GETs were the fastest, s3fs's the slowest by far; the fetcher over boto3 reached 0.78x and
+1.15x of boto3's raw GETs in two runs on a shared machine. boto3 is the client because it
+follows the whole standard AWS chain for credentials (environment, ``~/.aws/credentials`` and
+``~/.aws/config``, profiles, instance roles) and ``AWS_ENDPOINT_URL``. boto3's own retries are
+turned off: the fetcher retries, resuming at the first byte it lacks.
 """
 
 from __future__ import annotations
 
 import re
-import socket
 import threading
 from collections.abc import Mapping
 from typing import Any
 
 from dataflow._optional import import_optional
-from dataflow.streaming.storage import RangeBody, StorageClient, TransientError
+from dataflow.streaming.storage import (
+    RangeBody,
+    StorageClient,
+    TransientError,
+    shutdown_socket,
+)
 
 __all__ = ["S3Client", "split_s3_url"]
 
@@ -60,12 +66,7 @@ class _S3Body:
     def abort(self) -> None:
         raw = getattr(self._stream, "_raw_stream", None)
         conn = getattr(raw, "_connection", None)
-        sock = getattr(conn, "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        shutdown_socket(getattr(conn, "sock", None))
 
     def close(self) -> None:
         self._stream.close()

@@ -36,6 +36,7 @@ __all__ = [
     "TransientError",
     "client_for",
     "is_transient",
+    "shutdown_socket",
 ]
 
 
@@ -52,6 +53,15 @@ def is_transient(exc: BaseException) -> bool:
         exc, (TransientError, TimeoutError, socket.timeout, ConnectionError,
               http.client.HTTPException)
     )
+
+
+def shutdown_socket(sock: socket.socket | None) -> None:
+    """Wake a read blocked on ``sock`` in another thread (the fetcher is closing)."""
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 class RangeBody(Protocol):
