@@ -76,7 +76,10 @@ def _octal(field: bytes) -> int:
 
 
 def _checksum_ok(header: bytes) -> bool:
-    stored = _octal(header[148:156])
+    try:
+        stored = _octal(header[148:156])
+    except ValueError:  # not octal digits: not a tar header
+        return False
     computed = sum(header[:148]) + 8 * 32 + sum(header[156:])
     return stored == computed
 
@@ -122,7 +125,12 @@ def iter_members(stream: BinaryIO | Any, source: str = "<stream>",
                 f"tar shard {source} is corrupt: bad header checksum at byte {pos} (not a tar "
                 "file, or damaged); re-download or re-write the shard."
             )
-        size = _octal(header[124:136])
+        try:
+            size = _octal(header[124:136])
+        except ValueError:
+            raise CorruptFileError(
+                f"tar shard {source} is corrupt: the header at byte {pos} has no valid size"
+            ) from None
         kind = header[156:157]
         name = header[:100].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
         prefix = header[345:500].split(b"\0", 1)[0].decode("utf-8", "surrogateescape")
