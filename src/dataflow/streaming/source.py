@@ -45,7 +45,7 @@ from dataflow.state import check_state
 from dataflow.streaming.decoders import make_decoder
 from dataflow.streaming.index import ShardIndex, build_index, index_url
 from dataflow.streaming.plan import EpochPlan
-from dataflow.streaming.tar import iter_samples
+from dataflow.streaming.tar import iter_members, split_key
 
 __all__ = ["StreamingShards", "world_from_env"]
 
@@ -189,6 +189,8 @@ class StreamingShards(DataFlow):
                 if dp is None:
                     break
                 self._pos += 1
+                if self._policy is not None:
+                    self._policy.seen += 1
                 yield dp
         finally:
             got.close()
@@ -253,36 +255,52 @@ class StreamingShards(DataFlow):
                 it.close()  # type: ignore[attr-defined]
 
     def _range_samples(self, r: tuple[Any, ...]) -> Iterator[tuple[int, dict[str, Any] | None]]:
-        """``(index in shard, sample)`` of one byte range; ``None`` samples for the ones lost to
-        an error under ``on_error="skip"``/``"warn"``."""
+        """``(index in shard, sample)`` of one byte range, each yielded as soon as its last
+        member arrived (the index says where it ends); ``None`` samples for the ones lost to an
+        error under ``on_error="skip"``/``"warn"``."""
         url, start, end, s, first, last = r
         assert self._indexes is not None
         idx = self._indexes[s].samples
         k = first
         try:
             with self._fetcher.open(url, start, end) as stream:
-                for dp in iter_samples(stream, url, start, end):
-                    if dp["__key__"] != idx[k][0]:
+                sample: dict[str, Any] = {"__key__": idx[k][0], "__url__": url}
+                for m in iter_members(stream, url, start, end):
+                    key, field = split_key(m.name)
+                    if key != idx[k][0]:
                         raise CorruptFileError(
-                            f"tar shard {url}: sample {k} at byte {idx[k][1]} has key "
-                            f"{dp['__key__']!r}, its index says {idx[k][0]!r}; the index is "
-                            "stale: rebuild it (python -m dataflow index-shards)."
+                            f"tar shard {url}: member {m.name!r} at byte {m.header_offset} "
+                            f"is not part of sample {idx[k][0]!r} that its index puts there; "
+                            "the index is stale: rebuild it (python -m dataflow index-shards)."
                         )
-                    dp["__url__"] = url
-                    yield k, dp
-                    k += 1
+                    sample[field] = m.data
+                    if m.end >= idx[k][2]:
+                        yield k, sample
+                        k += 1
+                        if k > last:
+                            break
+                        sample = {"__key__": idx[k][0], "__url__": url}
             if k <= last:
-                raise CorruptFileError(f"tar shard {url} ended before sample {idx[k][0]!r} "
-                                       f"(member at byte {idx[k][1]}): truncated")
-        except (CorruptFileError, ShardReadError, OSError) as e:
+                raise CorruptFileError(f"tar shard {url} ended before the end of sample "
+                                       f"{idx[k][0]!r} (byte {idx[k][2]}): truncated")
+        except (CorruptFileError, OSError) as e:
             if self._policy is None:
-                if isinstance(e, CorruptFileError) or k > last:
+                if isinstance(e, CorruptFileError):
                     raise
-                raise CorruptFileError(f"reading tar shard {url}, sample {idx[k][0]!r} (member "
-                                       f"at byte {idx[k][1]}) failed: {e}") from e
+                where = self._member_at(s, getattr(e, "offset", idx[k][1]))
+                raise CorruptFileError(f"reading tar shard {url} failed in member {where!r}: "
+                                       f"{e}") from e
             for lost in range(k, last + 1):
-                self._policy.failed(lost, f"{url} member {idx[lost][0]!r}: {e}")
+                self._policy.failed(None, f"{url} sample {idx[lost][0]!r}: {e}")
                 yield lost, None
+
+    def _member_at(self, shard: int, offset: int) -> str:
+        """The name of the member of ``shard`` whose bytes hold ``offset``."""
+        assert self._indexes is not None
+        for name, data_offset, size in self._indexes[shard].members:
+            if offset < data_offset + size + (-size % 512):
+                return name
+        return "<end of archive>"
 
     # ---- state --------------------------------------------------------------------------
 
