@@ -165,3 +165,20 @@ def test_bad_arguments(shards):
         StreamingShards(shards, rank=2, world_size=2)
     with pytest.raises(ValueError, match="`decode` must be None"):
         StreamingShards(shards, decode="png")
+
+
+def test_profiler_shows_network_counters(shards):
+    from dataflow import profile
+
+    ds = StreamingShards(shards, shuffle=False)
+    try:
+        report = profile(ds, num=25, warmup=0)
+    finally:
+        ds.close()
+    (stage,) = report.stages
+    assert stage.metrics is not None
+    assert set(stage.metrics) >= {"bytes_read", "mb_per_s", "bytes_in_flight", "cache_hits"}
+    assert stage.metrics["bytes_read"] > 0
+    assert report.bottleneck == 0
+    assert report.suggestion.startswith("the network is the bottleneck: StreamingShards waits")
+    assert "stage 0 (StreamingShards): bytes_read" in report.format()

@@ -71,6 +71,8 @@ def world_from_env() -> tuple[int, int]:
 class StreamingShards(DataFlow):
     """Samples (dicts ``{"__key__", "__url__", field: bytes|decoded}``) of tar shards."""
 
+    profile_hint = "network"  # its time in the profiler is time spent waiting for downloads
+
     def __init__(self, urls: Any, *, shuffle: bool = True, seed: int = 0, window: int = 4096,
                  partial: str = "drop", rank: int | None = None, world_size: int | None = None,
                  decode: Any = None, on_error: str = "raise", max_errors: Any = None,
