@@ -8,7 +8,7 @@ from dataflow.streaming.writer import TarShardSerializer
 
 def samples(n: int, start: int = 0) -> list[dict]:
     """``n`` samples: key ``s%05d``, ``cls`` its number, ``txt`` of varying length."""
-    return [{"__key__": "s%05d" % i, "cls": i, "txt": "t" * (i % 13)}
+    return [{"__key__": f"s{i:05d}", "cls": i, "txt": "t" * (i % 13)}
             for i in range(start, start + n)]
 
 

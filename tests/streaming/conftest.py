@@ -14,7 +14,7 @@ from tests.streaming.servers import FaultProxy, MotoS3, RangeHTTPServer
 BUCKET = "shards"
 #: fake credentials of the moto server; the secret is looked for in logs and reprs
 ACCESS_KEY = "AKIATESTINGDATAFLOW"
-SECRET_KEY = "dataflow-test-secret-9f1c2e7a"  # noqa: S105
+SECRET_KEY = "dataflow-test-secret-9f1c2e7a"
 
 
 def make_bytes(n: int, seed: int) -> bytes:

@@ -22,9 +22,9 @@ def test_written_index_matches_a_built_one(tmp_path):
     assert read_index(index_url(path)) == built
     assert built.size == len(data)
     assert built.sha256 == hashlib.sha256(data).hexdigest()
-    assert [s[0] for s in built.samples] == ["s%05d" % i for i in range(5)]
+    assert [s[0] for s in built.samples] == [f"s{i:05d}" for i in range(5)]
     assert len(built.members) == 10
-    key, start, end = built.samples[3]
+    _key, start, end = built.samples[3]
     assert list(iter_samples(io.BytesIO(data[start:end]), path, start, end)) == [
         {"__key__": "s00003", "cls": b"3", "txt": b"ttt"}]
 
@@ -32,7 +32,7 @@ def test_written_index_matches_a_built_one(tmp_path):
 def test_json_round_trip_and_bad_index():
     idx = ShardIndex(2048, "ab", [("k", 0, 1024)], [("k.x", 512, 3)])
     assert ShardIndex.from_json(idx.to_json()) == idx
-    with pytest.raises(CorruptFileError, match="index x.idx.json is not a dataflow.tar-index"):
+    with pytest.raises(CorruptFileError, match=r"index x\.idx\.json is not a dataflow\.tar-index"):
         ShardIndex.from_json('{"format": "other"}', "x.idx.json")
 
 

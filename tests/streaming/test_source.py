@@ -152,7 +152,8 @@ def test_truncated_shard_names_url_and_member(shards):
         ds.close()
     ds = _open(shards, shuffle=False, on_error="skip", max_errors=2)
     try:
-        with pytest.raises(ErrorBudgetError, match=r"3 inputs failed.*First: an input: .*s00008.*Last: an input: .*s00010"):
+        with pytest.raises(ErrorBudgetError, match=r"3 inputs failed.*First: an input: .*s00008.*"
+                           r"Last: an input: .*s00010"):
             list(ds)
     finally:
         ds.close()

@@ -37,7 +37,7 @@ def test_webdataset_reads_our_shards(tmp_path):
     paths = write_shards(tmp_path, 9, 4)
     got = _read_webdataset(paths)
     assert [(d["__key__"], d["cls"], d["txt"]) for d in got] == [
-        ("s%05d" % i, str(i).encode(), b"t" * i) for i in range(9)]
+        (f"s{i:05d}", str(i).encode(), b"t" * i) for i in range(9)]
 
 
 def test_we_read_webdataset_shards_without_index(tmp_path):

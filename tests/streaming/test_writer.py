@@ -24,7 +24,7 @@ def test_max_count_and_index_per_shard(tmp_path):
 
 
 def test_max_bytes_never_splits_a_sample(tmp_path):
-    dps = [{"__key__": "k%d" % i, "bin": bytes(1000)} for i in range(6)]
+    dps = [{"__key__": f"k{i}", "bin": bytes(1000)} for i in range(6)]
     paths = TarShardSerializer.save(DataFromList(dps, shuffle=False), tmp_path / "b-%d.tar",
                                     max_bytes=4096, progress=False)
     # a sample is 512 + 1024 bytes; with the 1024 end blocks two fit in 4096
@@ -68,7 +68,7 @@ def test_bad_arguments(tmp_path, kwargs, match):
 def test_bad_datapoints(tmp_path):
     with pytest.raises(TypeError, match="datapoint 0 is a int"):
         TarShardSerializer.save(DataFromList([1]), tmp_path / "a-%d.tar", progress=False)
-    with pytest.raises(ValueError, match="key 'a.b' of datapoint 0 has a dot"):
+    with pytest.raises(ValueError, match=r"key 'a\.b' of datapoint 0 has a dot"):
         TarShardSerializer.save(DataFromList([{"__key__": "a.b", "x": b""}]),
                                 tmp_path / "a-%d.tar", progress=False)
     with pytest.raises(TypeError, match="field 'x': cannot store a float"):

@@ -207,14 +207,13 @@ def run_download(d: Download, client: StorageClient, shared: Shared) -> None:
                 if not shared.wait(min(delay, 5.0)):
                     break
             continue
-        if finished:
-            if d.claim is not None:
-                try:
-                    d.claim.commit()
-                except OSError as e:
-                    with shared.cond:
-                        shared.errors += 1
-                        d.error = ShardReadError(d.url, d.received, e)
+        if finished and d.claim is not None:
+            try:
+                d.claim.commit()
+            except OSError as e:
+                with shared.cond:
+                    shared.errors += 1
+                    d.error = ShardReadError(d.url, d.received, e)
         break
     with shared.cond:
         d.done = True

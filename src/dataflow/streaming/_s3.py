@@ -52,7 +52,7 @@ class _S3Body:
     def read(self, n: int) -> bytes:
         try:
             return bytes(self._stream.read(n))
-        except (TimeoutError, socket.timeout, ConnectionError) as e:
+        except (TimeoutError, ConnectionError) as e:
             raise TransientError(f"S3 body: {type(e).__name__}: {e}") from e
         except self._errors as e:
             raise TransientError(f"S3 body: {type(e).__name__}: {e}") from e

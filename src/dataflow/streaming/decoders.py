@@ -51,11 +51,11 @@ def encode_field(field: str, value: Any) -> bytes:
         return dumps(value, "msgpack")
     if ext in IMAGE_EXTENSIONS and isinstance(value, np.ndarray):
         import cv2
-        ok, buf = cv2.imencode("." + ("jpg" if ext == "jpeg" else ext), value)
+        ok, encoded = cv2.imencode("." + ("jpg" if ext == "jpeg" else ext), value)
         if not ok:
             raise ValueError(f"field {field!r}: cv2 could not encode an image of shape "
                              f"{value.shape}, dtype {value.dtype}")
-        return bytes(buf)
+        return encoded.tobytes()
     if isinstance(value, str):
         return value.encode("utf-8")
     if isinstance(value, int | np.integer) and not isinstance(value, bool):

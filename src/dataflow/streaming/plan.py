@@ -81,12 +81,12 @@ def global_order(
     n = int(offsets[-1])
     if not shuffle:
         return np.arange(n, dtype=np.int64)
-    seed = check_seed(seed)
-    if seed is None:
+    checked = check_seed(seed)
+    if checked is None:
         raise ValueError("`seed` of a shuffled plan must be an int (every rank must agree on it)")
     _check_count("epoch", epoch, 0)
     window = _check_count("window", window, 1)
-    seq = np.random.SeedSequence(seed, spawn_key=(_PLAN_KIND,))
+    seq = np.random.SeedSequence(checked, spawn_key=(_PLAN_KIND,))
     shard_rng = derive_rng(seq, epoch, 0)
     sample_rng = derive_rng(seq, epoch, 1)
     perm = shard_rng.permutation(len(sizes))

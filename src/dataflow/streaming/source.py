@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import numpy as np
@@ -88,9 +88,9 @@ class StreamingShards(DataFlow):
         self._rank_arg, self._world_arg = rank, world_size
         self._decode = make_decoder(decode)
         self._policy = make_policy("StreamingShards", on_error, max_errors)
-        self._fetch_args = dict(prefetch_bytes=prefetch_bytes, cache_dir=cache_dir,
-                                cache_limit=cache_limit, timeout=timeout, retries=retries,
-                                storage_options=storage_options)
+        self._fetch_args: dict[str, Any] = {"prefetch_bytes": prefetch_bytes, "cache_dir": cache_dir,
+                                "cache_limit": cache_limit, "timeout": timeout, "retries": retries,
+                                "storage_options": storage_options}
         self._fetcher: Any = None
         self._indexes: list[ShardIndex] | None = None
         self.rank, self.world_size = rank or 0, world_size or 1
@@ -198,7 +198,7 @@ class StreamingShards(DataFlow):
             got.close()
             self._done = True
 
-    def _read(self, plan: EpochPlan, samples: np.ndarray) -> Iterator[dict[str, Any]]:
+    def _read(self, plan: EpochPlan, samples: np.ndarray) -> Generator[dict[str, Any]]:
         """The samples ``samples`` (global numbers), in order, read a window at a time."""
         chunk = max(1, self.window // self.world_size)
         shard_of, local_of = plan.locate(samples) if len(samples) else (samples, samples)
@@ -230,13 +230,13 @@ class StreamingShards(DataFlow):
         return out
 
     def _read_chunk(self, shards: np.ndarray, locals_: np.ndarray,
-                    ranges: list[tuple[Any, ...]]) -> Iterator[dict[str, Any]]:
+                    ranges: list[tuple[Any, ...]]) -> Generator[dict[str, Any]]:
         queues: dict[int, deque[tuple[Any, ...]]] = {}
         for r in ranges:
             queues.setdefault(r[3], deque()).append(r)
         needed = set(zip(shards.tolist(), locals_.tolist(), strict=True))
         buffer: dict[tuple[int, int], dict[str, Any] | None] = {}
-        open_: dict[int, Iterator[tuple[int, dict[str, Any]]]] = {}
+        open_: dict[int, Generator[tuple[int, dict[str, Any] | None]]] = {}
         try:
             for s, j in zip(shards.tolist(), locals_.tolist(), strict=True):
                 while (s, j) not in buffer:
@@ -249,14 +249,15 @@ class StreamingShards(DataFlow):
                     k, dp = item
                     if (s, k) in needed:
                         buffer[(s, k)] = dp
-                dp = buffer.pop((s, j))
-                if dp is not None:
-                    yield self._decode(dp) if self._decode is not None else dp
+                got = buffer.pop((s, j))
+                if got is not None:
+                    yield self._decode(got) if self._decode is not None else got
         finally:
             for it in open_.values():
-                it.close()  # type: ignore[attr-defined]
+                it.close()
 
-    def _range_samples(self, r: tuple[Any, ...]) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    def _range_samples(self, r: tuple[Any, ...]
+                       ) -> Generator[tuple[int, dict[str, Any] | None]]:
         """``(index in shard, sample)`` of one byte range, each yielded as soon as its last
         member arrived (the index says where it ends); ``None`` samples for the ones lost to an
         error under ``on_error="skip"``/``"warn"``."""

@@ -69,8 +69,7 @@ def _read_exact(stream: Any, n: int) -> bytes:
 
 def _octal(field: bytes) -> int:
     if field[:1] and field[0] & 0x80:  # GNU base-256 for sizes >= 8 GiB
-        value = int.from_bytes(field[1:], "big")
-        return value
+        return int.from_bytes(field[1:], "big")
     text = field.split(b"\0", 1)[0].strip(b" \0")
     return int(text, 8) if text else 0
 

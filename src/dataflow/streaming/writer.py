@@ -51,13 +51,13 @@ def _check_pattern(pattern: str) -> str:
 
 def _members(dp: Any, number: int, fields: Sequence[str] | None) -> list[tuple[str, bytes]]:
     if isinstance(dp, dict):
-        key = str(dp.get("__key__", "%09d" % number))
+        key = str(dp.get("__key__", f"{number:09d}"))
         items = [(k, v) for k, v in dp.items() if not k.startswith("__")]
     elif isinstance(dp, list | tuple) and fields is not None:
         if len(dp) != len(fields):
             raise ValueError(f"{_WHAT}: datapoint {number} has {len(dp)} components but "
                              f"`fields` names {len(fields)}: {tuple(fields)!r}")
-        key = "%09d" % number
+        key = f"{number:09d}"
         items = list(zip(fields, dp, strict=True))
     else:
         raise TypeError(
@@ -153,12 +153,12 @@ class TarShardSerializer:
         return paths
 
     @staticmethod
-    def load(urls: Any, shuffle: bool = False, *, seed: int | None = 0, **kwargs: Any) -> Any:
+    def load(urls: Any, shuffle: bool = False, *, seed: int = 0, **kwargs: Any) -> Any:
         """A :class:`~dataflow.streaming.source.StreamingShards` over ``urls`` (a list, a
         brace pattern, or the ``%06d`` pattern of the save: its existing shards)."""
         if isinstance(urls, str | os.PathLike) and "%" in os.fspath(urls):
             pattern = os.fspath(urls)
-            found = []
+            found: list[str] = []
             while os.path.exists(pattern % len(found)):
                 found.append(pattern % len(found))
             if not found:
