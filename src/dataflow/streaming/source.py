@@ -88,9 +88,9 @@ class StreamingShards(DataFlow):
         self._rank_arg, self._world_arg = rank, world_size
         self._decode = make_decoder(decode)
         self._policy = make_policy("StreamingShards", on_error, max_errors)
-        self._fetch_args: dict[str, Any] = {"prefetch_bytes": prefetch_bytes, "cache_dir": cache_dir,
-                                "cache_limit": cache_limit, "timeout": timeout, "retries": retries,
-                                "storage_options": storage_options}
+        self._fetch_args: dict[str, Any] = {
+            "prefetch_bytes": prefetch_bytes, "cache_dir": cache_dir, "cache_limit": cache_limit,
+            "timeout": timeout, "retries": retries, "storage_options": storage_options}
         self._fetcher: Any = None
         self._indexes: list[ShardIndex] | None = None
         self.rank, self.world_size = rank or 0, world_size or 1
