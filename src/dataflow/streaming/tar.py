@@ -51,20 +51,38 @@ def split_key(name: str) -> tuple[str, str]:
     return name[:dot], name[dot + 1:]
 
 
-def _read_exact(stream: Any, n: int) -> bytes:
-    """``n`` bytes, or fewer only at the end of the stream."""
-    buf = stream.read(n)
-    if len(buf) == n or not buf:
-        return bytes(buf)
-    parts = [buf]
-    got = len(buf)
-    while got < n:
-        more = stream.read(n - got)
-        if not more:
-            break
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
+class _Buffered:
+    """Exact reads over a stream, refilled with whatever bytes have arrived (``read1`` where
+    the stream has it: never waits for more than the next member needs)."""
+
+    _CHUNK = 1 << 20
+
+    def __init__(self, stream: Any) -> None:
+        self._read = getattr(stream, "read1", None) or stream.read
+        self._buf = b""
+        self._pos = 0
+
+    def read_exact(self, n: int) -> bytes:
+        """``n`` bytes, or fewer only at the end of the stream."""
+        end = self._pos + n
+        if end <= len(self._buf):
+            out = self._buf[self._pos:end]
+            self._pos = end
+            return out
+        parts = [self._buf[self._pos:]]
+        got = len(parts[0])
+        self._buf, self._pos = b"", 0
+        while got < n:
+            chunk = self._read(max(n - got, self._CHUNK))
+            if not chunk:
+                return b"".join(parts)
+            chunk = bytes(chunk)
+            take = min(len(chunk), n - got)
+            parts.append(chunk[:take] if take < len(chunk) else chunk)
+            got += take
+            if take < len(chunk):
+                self._buf, self._pos = chunk, take
+        return b"".join(parts)
 
 
 def _octal(field: bytes) -> int:
@@ -108,8 +126,9 @@ def iter_members(stream: BinaryIO | Any, source: str = "<stream>",
     pos = offset
     long_name: str | None = None
     first = offset
+    reader = _Buffered(stream)
     while end is None or pos < end:
-        header = _read_exact(stream, BLOCK)
+        header = reader.read_exact(BLOCK)
         if not header and end is None:
             return  # a stream without end-of-archive blocks (e.g. a range read) ends here
         if len(header) < BLOCK:
@@ -136,7 +155,7 @@ def iter_members(stream: BinaryIO | Any, source: str = "<stream>",
         if prefix and header[257:262] == b"ustar":
             name = f"{prefix}/{name}"
         padded = -(-size // BLOCK) * BLOCK
-        data = _read_exact(stream, padded)
+        data = reader.read_exact(padded)
         if len(data) < padded and len(data) < size:
             raise CorruptFileError(
                 f"tar shard {source} is truncated in member {long_name or name!r}: its body "
