@@ -53,7 +53,7 @@ def _write(directory: str, name: str, n: int, per_shard: int) -> list[str]:
         import cv2
 
         img = rng.integers(0, 256, (192, 176, 3), dtype=np.uint8)
-        ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 95])
+        _, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 95])
         jpeg = buf.tobytes()
 
         def gen():
