@@ -29,13 +29,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class _QuietServer(http.server.ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that goes away mid-answer (aborted, timed out) is part of the tests
+        pass
+
+
 class _Server:
     """A ThreadingHTTPServer on 127.0.0.1 run in a thread."""
 
     handler: type[http.server.BaseHTTPRequestHandler]
 
     def __init__(self) -> None:
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), self.handler)
+        self.httpd = _QuietServer(("127.0.0.1", 0), self.handler)
         self.httpd.daemon_threads = True
         self.httpd.owner = self  # type: ignore[attr-defined]
         self.port = self.httpd.server_address[1]

@@ -107,3 +107,37 @@ def test_limit_holds_across_processes(many_proxy, many_files, tmp_path):
     assert [r["ok"] for r in results] == [True, True, True]
     assert max(r["most"] for r in results) <= limit
     assert ShardCache(tmp_path / "c").usage() <= limit
+
+
+@pytest.mark.slow
+def test_memory_and_cache_stay_bounded_over_ten_epochs(tmp_path):
+    """A dataset larger than the cache, read for 10 epochs: RSS grows by at most the prefetch
+    budget plus 64 MB, and the cache never holds more than its limit."""
+    import psutil
+
+    src = tmp_path / "src"
+    src.mkdir()
+    sizes = [1_000_000 + 1000 * i for i in range(12)]
+    for i, n in enumerate(sizes):
+        (src / f"s{i}.bin").write_bytes(make_bytes(n, 100 + i))
+    digests = [hash((src / f"s{i}.bin").read_bytes()) for i in range(len(sizes))]
+    budget, limit = 2 << 20, 4_000_000  # the cache holds 3 of the 12 shards
+    proc = psutil.Process()
+    with RangeHTTPServer(str(src)) as server, ShardFetcher(
+        prefetch_bytes=budget, cache_dir=str(tmp_path / "c"), cache_limit=limit,
+    ) as f:
+        urls = [f"{server.url}/s{i}.bin" for i in range(len(sizes))]
+        baseline = None
+        growth = []
+        for epoch in range(10):
+            order = urls[epoch % 3:] + urls[:epoch % 3]
+            f.prefetch([(u, 0, None) for u in order])
+            for u in order:
+                with f.open(u) as s:
+                    assert hash(s.read()) == digests[urls.index(u)]
+                assert ShardCache(tmp_path / "c").usage() <= limit
+            rss = proc.memory_info().rss
+            baseline = rss if baseline is None else baseline
+            growth.append(rss - baseline)
+        assert f.stats()["bytes_in_flight"] == 0
+    assert max(growth) <= budget + (64 << 20)

@@ -39,6 +39,7 @@ class Shared:
     cond: threading.Condition = field(default_factory=threading.Condition)
     closed: bool = False
     in_flight: int = 0  # bytes received and not yet consumed by a reader
+    peak_in_flight: int = 0
     bytes_read: int = 0
     retries_done: int = 0
     errors: int = 0
@@ -90,6 +91,7 @@ class Download:
 
     def _account(self, shared: Shared, before: int) -> None:
         shared.in_flight += self.pending - before
+        shared.peak_in_flight = max(shared.peak_in_flight, shared.in_flight)
 
     def add_received(self, n: int, shared: Shared) -> None:
         """``n`` more bytes arrived (under ``cond``)."""
@@ -160,8 +162,8 @@ def _attempt(d: Download, client: StorageClient, shared: Shared) -> bool:
     with shared.cond:
         shared.bodies.add(body)
     try:
-        if d.end is None and body.total is not None:
-            d.end = body.total
+        if body.total is not None and (d.end is None or d.end > body.total):
+            d.end = max(body.total, d.start)  # a range past the end is empty
         while d.end is None or d.received < d.end:
             with shared.cond:
                 if not _may_continue(d, shared):

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 from dataflow.streaming.storage import RangeBody, StorageClient, TransientError
 
-__all__ = ["HTTPClient"]
+__all__ = ["EmptyBody", "HTTPClient"]
 
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 _Conn = http.client.HTTPConnection
@@ -171,13 +171,13 @@ class HTTPClient(StorageClient):
 
     def open_range(self, url: str, start: int, end: int | None) -> RangeBody:
         if end is not None and end <= start:
-            return _EmptyBody()
+            return EmptyBody(start)
         rng = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
         key, conn, resp = self._request("GET", url, {"Range": rng})
         if resp.status == 416:  # the range starts at or past the end
             resp.read()
             self._drop(conn)
-            return _EmptyBody()
+            return EmptyBody(start)
         try:
             raise_for_status(resp.status, resp.reason, url)
         except OSError:
@@ -207,8 +207,12 @@ class HTTPClient(StorageClient):
             c.close()
 
 
-class _EmptyBody:
-    total: int | None = None
+class EmptyBody:
+    """The body of a range that starts at or past the object's end (``total``: the range's
+    start, an upper bound of the size that ends the range there)."""
+
+    def __init__(self, total: int) -> None:
+        self.total: int | None = total
 
     def read(self, n: int) -> bytes:
         return b""

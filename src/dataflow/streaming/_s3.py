@@ -123,9 +123,9 @@ class S3Client(StorageClient):
         except Exception as e:
             if isinstance(e, self._exc.ClientError) and e.response.get("Error", {}).get(
                     "Code") == "InvalidRange":
-                from dataflow.streaming._http import _EmptyBody
+                from dataflow.streaming._http import EmptyBody
 
-                return _EmptyBody()
+                return EmptyBody(start)
             raise self._translate(e, url) from e
         m = _CONTENT_RANGE.match(resp.get("ContentRange") or "")
         total = int(m.group(1)) if m else None

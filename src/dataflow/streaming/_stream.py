@@ -89,7 +89,7 @@ class ShardStream(io.BufferedIOBase):
 
     def read(self, size: int | None = -1) -> bytes:
         if size is None or size < 0:
-            parts = []
+            parts: list[bytes] = []
             while True:
                 data = self.read1(1 << 24)
                 if not data:

@@ -136,15 +136,27 @@ class ShardCache:
         name = re.sub(r"[^A-Za-z0-9._-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[-60:]
         return os.path.join(self.directory, f"{digest}-{name}")
 
+    def _entries(self) -> list[tuple[str, float, int]]:
+        """(path, mtime, size) of the files of the directory (gone ones skipped)."""
+        out = []
+        with os.scandir(self.directory) as it:
+            for entry in it:
+                try:
+                    st = entry.stat()
+                except FileNotFoundError:  # removed by another process meanwhile
+                    continue
+                out.append((entry.path, st.st_mtime, st.st_size))
+        return out
+
     def usage(self) -> int:
         """Bytes of the complete copies plus the room reserved by downloads (call under the
         directory lock for an exact figure)."""
         total = 0
-        for entry in os.scandir(self.directory):
-            if entry.name.endswith(".data"):
-                total += entry.stat().st_size
-            elif entry.name.endswith(".lock"):
-                total += self._reserved(entry.path)
+        for path, _, size in self._entries():
+            if path.endswith(".data"):
+                total += size
+            elif path.endswith(".lock") and not path.endswith(_LOCK_NAME):
+                total += self._reserved(path)
         return total
 
     @staticmethod
@@ -164,10 +176,10 @@ class ShardCache:
         if used + need <= self.limit:
             return True
         candidates = []
-        for entry in os.scandir(self.directory):
-            base, ext = os.path.splitext(entry.path)
-            if ext in (".data", ".lock") and base != keep:
-                candidates.append((entry.stat().st_mtime, entry.path))
+        for path, mtime, _ in self._entries():
+            base, ext = os.path.splitext(path)
+            if ext in (".data", ".lock") and base != keep and not path.endswith(_LOCK_NAME):
+                candidates.append((mtime, path))
         for _, path in sorted(candidates):
             base, ext = os.path.splitext(path)
             freed = self._remove_if_unused(base, ext)

@@ -297,8 +297,14 @@ class ShardFetcher:
                     while d.started and d.claim is None and not (d.memory_only or d.done):
                         st.shared.cond.wait()  # the hinted download is being resolved
                     if d.claim is None and d.started:
-                        # a memory download serves one reader only: this one gets its own
-                        d = Download(*key)
+                        # a memory download (too large for the cache when it was hinted)
+                        # serves one reader only: its own range's, once
+                        del st.active[url]
+                        if d.opened or (d.start, d.end) != (start, end):
+                            if not d.opened:
+                                d.cancelled = True
+                                d.detach(st.shared)
+                            d = st.active[url] = Download(*key)
                     elif d.opened:  # read again from this process's copy
                         st.shared.cache_hits += 1
             else:
@@ -320,8 +326,8 @@ class ShardFetcher:
 
     def stats(self) -> dict[str, float]:
         """Counters: ``bytes_read`` (received from storage), ``mb_per_s`` (their rate since
-        the first request), ``bytes_in_flight`` (received, not yet read), ``cache_hits``,
-        ``cache_misses``, ``retries``, ``errors``."""
+        the first request), ``bytes_in_flight`` (received, not yet read), its largest value
+        ``peak_bytes_in_flight``, ``cache_hits``, ``cache_misses``, ``retries``, ``errors``."""
         sh = self._state.shared
         with sh.cond:
             elapsed = time.monotonic() - sh.started if sh.started is not None else 0.0
@@ -329,6 +335,7 @@ class ShardFetcher:
                 "bytes_read": sh.bytes_read,
                 "mb_per_s": sh.bytes_read / 1e6 / elapsed if elapsed > 0 else 0.0,
                 "bytes_in_flight": sh.in_flight,
+                "peak_bytes_in_flight": sh.peak_in_flight,
                 "cache_hits": sh.cache_hits,
                 "cache_misses": sh.cache_misses,
                 "retries": sh.retries_done,
