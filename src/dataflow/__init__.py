@@ -87,10 +87,16 @@ from dataflow.wrappers import (
 )
 
 # submodules loaded on first access (kept out of __all__ so that `import *` stays light)
-_LAZY_SUBMODULES = ("dataset", "imgaug", "input_source", "jax", "ray", "torch")
+_LAZY_SUBMODULES = ("dataset", "imgaug", "input_source", "jax", "ray", "streaming", "torch")
+# names loaded from a lazy submodule on first access
+_LAZY_NAMES = {"StreamingShards": "streaming", "TarShardSerializer": "streaming"}
 
 
 def __getattr__(name: str):
+    if name in _LAZY_NAMES:
+        value = getattr(_importlib.import_module(f"dataflow.{_LAZY_NAMES[name]}"), name)
+        globals()[name] = value
+        return value
     if name in _LAZY_SUBMODULES:
         module = _importlib.import_module(f"dataflow.{name}")
         globals()[name] = module
@@ -99,7 +105,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY_SUBMODULES])
+    return sorted([*globals(), *_LAZY_SUBMODULES, *_LAZY_NAMES])
 
 
 __all__ = [
