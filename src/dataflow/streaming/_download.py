@@ -78,6 +78,7 @@ class Download:
     cancelled: bool = False
     started: bool = False
     readers: int = 0
+    waiting: int = 0  # readers blocked until more bytes arrive
     memory_only: bool = False  # cache mode, but too large for the cache
     detached: bool = False  # no reader left: received bytes count for nobody
 
@@ -137,7 +138,7 @@ class Download:
 def _may_continue(d: Download, shared: Shared) -> bool:
     """Wait for room in the budget (under ``cond``); False if the download should stop."""
     while not (shared.closed or d.cancelled):
-        if d.detached or shared.in_flight < shared.budget or (
+        if d.detached or d.waiting or shared.in_flight < shared.budget or (
             d.opened and d.pending < OPEN_WINDOW
         ):
             return True

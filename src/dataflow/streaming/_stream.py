@@ -58,6 +58,11 @@ class ShardStream(io.BufferedIOBase):
                     return b""
                 if d.received > self._pos:
                     break
+                if d.claim is not None and d.consumed < self._pos:
+                    # a file-backed download resolved after this stream opened: the bytes
+                    # before this reader's offset stop holding the budget
+                    d.consume_to(self._pos, sh)
+                    sh.cond.notify_all()
                 if d.error is not None:
                     raise d.error
                 if sh.closed:
@@ -66,7 +71,10 @@ class ShardStream(io.BufferedIOBase):
                     if d.end is None or d.cancelled:
                         return b""
                     raise ShardReadError(d.url, d.received, EOFError("the download stopped"))
+                d.waiting += 1  # a reader waits on these bytes: the budget lets them come
+                sh.cond.notify_all()
                 sh.cond.wait()
+                d.waiting -= 1
             n = d.received - self._pos
             if stop is not None:
                 n = min(n, stop - self._pos)

@@ -114,6 +114,11 @@ class Claim:
             self.kind = "download"
             return True
 
+    def touch(self) -> None:
+        """Mark the complete copy as used now (least recently used copies go first)."""
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(self.base + ".data")
+
     def close(self) -> None:
         """Release everything held (idempotent)."""
         self.abandon()

@@ -307,6 +307,8 @@ class ShardFetcher:
                             d = st.active[url] = Download(*key)
                     elif d.opened:  # read again from this process's copy
                         st.shared.cache_hits += 1
+                        if d.claim is not None:
+                            d.claim.touch()
             else:
                 d = st.pending.pop(key, None) or Download(*key)
             if d in st.plan:
