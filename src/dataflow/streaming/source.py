@@ -265,6 +265,7 @@ class StreamingShards(DataFlow):
         assert self._indexes is not None
         idx = self._indexes[s].samples
         k = first
+        pos = start  # where the next member starts
         try:
             with self._fetcher.open(url, start, end) as stream:
                 sample: dict[str, Any] = {"__key__": idx[k][0], "__url__": url}
@@ -277,6 +278,7 @@ class StreamingShards(DataFlow):
                             "the index is stale: rebuild it (python -m dataflow index-shards)."
                         )
                     sample[field] = m.data
+                    pos = m.end
                     if m.end >= idx[k][2]:
                         yield k, sample
                         k += 1
@@ -288,9 +290,10 @@ class StreamingShards(DataFlow):
                                        f"{idx[k][0]!r} (byte {idx[k][2]}): truncated")
         except (CorruptFileError, OSError) as e:
             if self._policy is None:
+                where = self._member_at(s, getattr(e, "offset", pos))
                 if isinstance(e, CorruptFileError):
-                    raise
-                where = self._member_at(s, getattr(e, "offset", idx[k][1]))
+                    raise CorruptFileError(f"{e} (in member {where!r} of sample "
+                                           f"{idx[k][0]!r})") from e
                 raise CorruptFileError(f"reading tar shard {url} failed in member {where!r}: "
                                        f"{e}") from e
             for lost in range(k, last + 1):
