@@ -140,7 +140,8 @@ def test_truncated_shard_names_url_and_member(shards):
     _truncate(shards[1], 3000)  # samples 7..13 lie in shard 1; 3000 bytes hold sample 7 only
     ds = _open(shards, shuffle=False)
     try:
-        with pytest.raises(CorruptFileError, match=r"t-0001\.tar .*member 's00008\.txt' of sample 's00008'"):
+        with pytest.raises(CorruptFileError,
+                           match=r"t-0001\.tar .*member 's00008\.txt' of sample 's00008'"):
             list(ds)
     finally:
         ds.close()

@@ -130,9 +130,10 @@ def iter_members(stream: BinaryIO | Any, source: str = "<stream>",
     """The file members of a tar stream, in file order.
 
     ``stream`` is a binary file-like object or a :class:`ByteReader` over one (to go on reading
-    the same stream after ``end``). ``source`` names the shard in errors; ``offset`` is the shard position of the stream's
-    first byte; reading stops at shard position ``end`` (``None``: the end-of-archive blocks or
-    the end of the stream).
+    the same stream after ``end``; a plain stream may be read past ``end``). ``source`` names
+    the shard in errors; ``offset`` is the shard position of the stream's first byte; reading
+    stops at shard position ``end`` (``None``: the end-of-archive blocks or the end of the
+    stream).
     """
     pos = offset
     long_name: str | None = None
