@@ -184,3 +184,29 @@ def test_profiler_shows_network_counters(shards):
     assert report.bottleneck == 0
     assert report.suggestion.startswith("the network is the bottleneck: StreamingShards waits")
     assert "stage 0 (StreamingShards): bytes_read" in report.format()
+
+
+def test_process_mapper_and_pickled_copies(shards):
+    import pickle
+
+    from dataflow import MultiProcessMapDataZMQ
+
+    ds = _open(shards, shuffle=False)
+    try:
+        copy = pickle.loads(pickle.dumps(ds))
+        assert copy.sizes == SIZES  # the indexes travel; the fetcher does not
+        copy.reset_state()
+        assert _cls(copy) == list(range(30))
+        copy.close()
+        flow = MultiProcessMapDataZMQ(ds, 2, _double_cls, strict=True)
+        flow.reset_state()
+        try:
+            assert sorted(flow) == [2 * i for i in range(30)]
+        finally:
+            flow.close()
+    finally:
+        ds.close()
+
+
+def _double_cls(dp):
+    return int(dp["cls"]) * 2

@@ -122,6 +122,13 @@ class StreamingShards(DataFlow):
             with self._fetcher.open(url) as s:  # a plain WebDataset tar: index it now
                 return build_index(s, url)
 
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy for another process: without the fetcher (its threads), which the copy's
+        ``reset_state()`` starts anew; the indexes travel (no shard is read again)."""
+        state = self.__dict__.copy()
+        state["_fetcher"] = None
+        return state
+
     def close(self) -> None:
         if self._fetcher is not None:
             self._fetcher.close()
