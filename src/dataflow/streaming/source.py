@@ -45,7 +45,7 @@ from dataflow.state import check_state
 from dataflow.streaming.decoders import make_decoder
 from dataflow.streaming.index import ShardIndex, build_index, index_url
 from dataflow.streaming.plan import EpochPlan
-from dataflow.streaming.tar import iter_members, split_key
+from dataflow.streaming.tar import ByteReader, iter_members, split_key
 
 __all__ = ["StreamingShards", "world_from_env"]
 
@@ -121,6 +121,13 @@ class StreamingShards(DataFlow):
         except (ShardReadError, FileNotFoundError):
             with self._fetcher.open(url) as s:  # a plain WebDataset tar: index it now
                 return build_index(s, url)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy for another process: without the fetcher (its threads), which the copy's
+        ``reset_state()`` starts anew; the indexes travel (no shard is read again)."""
+        state = self.__dict__.copy()
+        state["_fetcher"] = None
+        return state
 
     def close(self) -> None:
         if self._fetcher is not None:
@@ -241,7 +248,7 @@ class StreamingShards(DataFlow):
             for s, j in zip(shards.tolist(), locals_.tolist(), strict=True):
                 while (s, j) not in buffer:
                     if s not in open_:
-                        open_[s] = self._range_samples(queues[s].popleft())
+                        open_[s] = self._range_samples(queues[s].popleft(), needed)
                     item = next(open_[s], None)
                     if item is None:
                         del open_[s]
@@ -256,7 +263,7 @@ class StreamingShards(DataFlow):
             for it in open_.values():
                 it.close()
 
-    def _range_samples(self, r: tuple[Any, ...]
+    def _range_samples(self, r: tuple[Any, ...], needed: set[tuple[int, int]]
                        ) -> Generator[tuple[int, dict[str, Any] | None]]:
         """``(index in shard, sample)`` of one byte range, each yielded as soon as its last
         member arrived (the index says where it ends); ``None`` samples for the ones lost to an
@@ -265,32 +272,43 @@ class StreamingShards(DataFlow):
         assert self._indexes is not None
         idx = self._indexes[s].samples
         k = first
+        pos = start  # where the next member starts
         try:
             with self._fetcher.open(url, start, end) as stream:
-                sample: dict[str, Any] = {"__key__": idx[k][0], "__url__": url}
-                for m in iter_members(stream, url, start, end):
-                    key, field = split_key(m.name)
-                    if key != idx[k][0]:
-                        raise CorruptFileError(
-                            f"tar shard {url}: member {m.name!r} at byte {m.header_offset} "
-                            f"is not part of sample {idx[k][0]!r} that its index puts there; "
-                            "the index is stale: rebuild it (python -m dataflow index-shards)."
-                        )
-                    sample[field] = m.data
-                    if m.end >= idx[k][2]:
-                        yield k, sample
-                        k += 1
-                        if k > last:
+                reader = ByteReader(stream)
+                while k <= last:
+                    key0, lo, hi = idx[k]
+                    if (s, k) not in needed:  # another rank's or worker's: not parsed
+                        if reader.skip(hi - lo) < hi - lo:
                             break
-                        sample = {"__key__": idx[k][0], "__url__": url}
+                        pos = hi
+                        k += 1
+                        continue
+                    sample: dict[str, Any] = {"__key__": key0, "__url__": url}
+                    for m in iter_members(reader, url, lo, hi):
+                        key, field = split_key(m.name)
+                        if key != key0:
+                            raise CorruptFileError(
+                                f"tar shard {url}: member {m.name!r} at byte "
+                                f"{m.header_offset} is not part of sample {key0!r} that its "
+                                "index puts there; the index is stale: rebuild it "
+                                "(python -m dataflow index-shards)."
+                            )
+                        sample[field] = m.data
+                        pos = m.end
+                    if pos < hi:
+                        break
+                    yield k, sample
+                    k += 1
             if k <= last:
                 raise CorruptFileError(f"tar shard {url} ended before the end of sample "
                                        f"{idx[k][0]!r} (byte {idx[k][2]}): truncated")
         except (CorruptFileError, OSError) as e:
             if self._policy is None:
+                where = self._member_at(s, getattr(e, "offset", pos))
                 if isinstance(e, CorruptFileError):
-                    raise
-                where = self._member_at(s, getattr(e, "offset", idx[k][1]))
+                    raise CorruptFileError(f"{e} (in member {where!r} of sample "
+                                           f"{idx[k][0]!r})") from e
                 raise CorruptFileError(f"reading tar shard {url} failed in member {where!r}: "
                                        f"{e}") from e
             for lost in range(k, last + 1):

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO
 
 from dataflow.errors import CorruptFileError
 
-__all__ = ["Member", "iter_members", "iter_samples", "split_key", "tar_header"]
+__all__ = ["ByteReader", "Member", "iter_members", "iter_samples", "split_key", "tar_header"]
 
 BLOCK = 512
 _FILE_TYPES = (b"0", b"\0", b"7")
@@ -51,7 +51,7 @@ def split_key(name: str) -> tuple[str, str]:
     return name[:dot], name[dot + 1:]
 
 
-class _Buffered:
+class ByteReader:
     """Exact reads over a stream, refilled with whatever bytes have arrived (``read1`` where
     the stream has it: never waits for more than the next member needs)."""
 
@@ -83,6 +83,16 @@ class _Buffered:
             if take < len(chunk):
                 self._buf, self._pos = chunk, take
         return b"".join(parts)
+
+    def skip(self, n: int) -> int:
+        """Drop the next ``n`` bytes; returns how many there were (fewer only at the end)."""
+        got = 0
+        while got < n:
+            part = self.read_exact(min(n - got, self._CHUNK))
+            if not part:
+                break
+            got += len(part)
+        return got
 
 
 def _octal(field: bytes) -> int:
@@ -119,14 +129,16 @@ def iter_members(stream: BinaryIO | Any, source: str = "<stream>",
                  offset: int = 0, end: int | None = None) -> Iterator[Member]:
     """The file members of a tar stream, in file order.
 
-    ``source`` names the shard in errors; ``offset`` is the shard position of the stream's
-    first byte; reading stops at shard position ``end`` (``None``: the end-of-archive blocks or
-    the end of the stream).
+    ``stream`` is a binary file-like object or a :class:`ByteReader` over one (to go on reading
+    the same stream after ``end``; a plain stream may be read past ``end``). ``source`` names
+    the shard in errors; ``offset`` is the shard position of the stream's first byte; reading
+    stops at shard position ``end`` (``None``: the end-of-archive blocks or the end of the
+    stream).
     """
     pos = offset
     long_name: str | None = None
     first = offset
-    reader = _Buffered(stream)
+    reader = stream if isinstance(stream, ByteReader) else ByteReader(stream)
     while end is None or pos < end:
         header = reader.read_exact(BLOCK)
         if not header and end is None:
