@@ -86,7 +86,8 @@ def _run(args, cwd=None):
 def test_no_command_prints_the_help_on_stderr_with_status_2():
     proc = _run([])
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("usage: dataflow [-h] [--version] {demo,profile,preview}")
+    assert proc.stderr.startswith(
+        "usage: dataflow [-h] [--version] {demo,profile,index-shards,preview}")
     assert "Exit status: 0 on success, 2 for a usage error (also: no command)." in proc.stderr
 
 

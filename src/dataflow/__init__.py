@@ -101,7 +101,10 @@ from dataflow.wrappers import (
 
 # submodules loaded on first access; "dataset" and "imgaug" are also in __all__ (tensorpack's
 # star import has them), so `from dataflow import *` loads those two
-_LAZY_SUBMODULES = ("dataflow", "dataset", "imgaug", "input_source", "jax", "ray", "torch")
+_LAZY_SUBMODULES = ("dataflow", "dataset", "imgaug", "input_source", "jax", "ray", "streaming",
+                    "torch")
+# names loaded from a lazy submodule on first access
+_LAZY_NAMES = {"StreamingShards": "streaming", "TarShardSerializer": "streaming"}
 _STAR_SUBMODULES = ("dataset", "imgaug")
 
 
@@ -120,6 +123,10 @@ class _MissingBackend(_types.ModuleType):
 
 
 def __getattr__(name: str):
+    if name in _LAZY_NAMES:
+        value = getattr(_importlib.import_module(f"dataflow.{_LAZY_NAMES[name]}"), name)
+        globals()[name] = value
+        return value
     if name in _LAZY_SUBMODULES:
         try:
             module = _importlib.import_module(f"dataflow.{name}")
@@ -133,7 +140,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY_SUBMODULES])
+    return sorted([*globals(), *_LAZY_SUBMODULES, *_LAZY_NAMES])
 
 
 __all__ = [

@@ -146,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--json", action="store_true", help="print JSON instead of a table")
     prof.add_argument("--trace", metavar="FILE", help="also write a Chrome trace-event file")
     prof.set_defaults(func=_profile_cmd)
+    idx = sub.add_parser(
+        "index-shards", help="write the index (.idx.json) next to each local WebDataset tar shard"
+    )
+    idx.add_argument("shards", nargs="+", help="shard paths or brace patterns (a-{000..009}.tar)")
+    idx.set_defaults(func=_index_cmd)
     prev = sub.add_parser(
         "preview", add_help=False,
         help="write a PNG grid of an image under random draws of an augmentor list "
@@ -154,6 +159,18 @@ def build_parser() -> argparse.ArgumentParser:
     prev.add_argument("args", nargs=argparse.REMAINDER)
     prev.set_defaults(func=_preview_cmd)
     return parser
+
+
+def _index_cmd(args: argparse.Namespace) -> int:
+    from dataflow.streaming.index import index_local_shards
+    from dataflow.streaming.urls import expand_urls
+
+    try:
+        for path, index in index_local_shards(expand_urls(args.shards)):
+            print(f"{path}: {len(index)} samples, {index.size} bytes, sha256 {index.sha256}")
+    except FileNotFoundError as e:
+        raise UsageError(str(e)) from e
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,9 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "imgaug": ("the imgaug library", "pip install imgaug"),
     "albumentations": ("albumentations", "pip install albumentations"),
     "simplejpeg": ("simplejpeg", "pip install simplejpeg"),
+    "boto3": ("boto3", "s3"), "botocore.config": ("boto3", "s3"),
+    "botocore.exceptions": ("boto3", "s3"), "urllib3": ("urllib3", "s3"),
+    "fsspec": ("fsspec", "streaming"),
 }
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "NoneResultError",
     "ObjectGoneError",
     "ReconstructedError",
+    "ShardReadError",
     "StateMismatchError",
     "UnknownLengthError",
     "WorkerError",
@@ -155,3 +156,19 @@ class ObjectGoneError(DataFlowError, LookupError):
 class HeadNodeLostError(DataFlowError, ConnectionError):
     """The head node of the Ray cluster a flow runs on (its GCS, which places and tracks every
     actor) no longer answers: the flow cannot recover without it and stops."""
+
+
+class ShardReadError(DataFlowError, OSError):
+    """Reading a shard failed for good: the retries are exhausted, or the failure is not one
+    that a retry can cure (a missing object, a refused permission). ``url`` and ``offset``
+    (the first byte not received) say where; ``cause`` is the last underlying error."""
+
+    def __init__(self, url: str, offset: int, cause: BaseException | None = None) -> None:
+        self.url = url
+        self.offset = offset
+        self.cause = cause
+        reason = f"{type(cause).__name__}: {cause}" if cause is not None else "unknown error"
+        super().__init__(f"reading {url} failed at byte {offset}: {reason}")
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, BaseException | None]]:
+        return type(self), (self.url, self.offset, self.cause)

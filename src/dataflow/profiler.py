@@ -14,6 +14,11 @@ and as a Chrome trace-event file (:meth:`ProfileReport.write_trace`), which open
 ``chrome://tracing`` with one row per stage showing when it was busy, and one row per worker of
 each parallel stage showing when that worker was busy (between its busy spans it waits).
 
+A stage may also report its own counters through a method ``profile_metrics() -> dict`` (read
+after the run; a streaming source gives network MB/s, bytes in flight and cache hits), printed
+under the table; a stage whose time is I/O wait says so with ``profile_hint = "network"``, and
+the suggestion then names the network.
+
 Stages are observed through :func:`dataflow.base.instrument` (nothing about the flows is
 changed), found through :meth:`DataFlow.children`.
 """
@@ -90,6 +95,7 @@ class StageStats:
     workers_busy: float | None = None  # the share of their time its workers were busy
     skipped: int | None = None  # inputs skipped under the bad-sample policy during the run
     autotune: dict[str, Any] | None = None  # an autotuned stage's controller: count, decisions
+    metrics: dict[str, float] | None = None  # a stage's own counters (its profile_metrics())
     _fill_sum: float = field(default=0.0, repr=False)
     _fill_n: int = field(default=0, repr=False)
 
@@ -144,6 +150,12 @@ def _suggest(stage: DataFlow, stats: StageStats, is_source: bool) -> str:
                 "then LocallyShuffleData for randomness), keep the file on a local disk, or "
                 "read it in parallel with MultiProcessRunnerZMQ; decode records after it, in "
                 "a parallel mapper.")
+    if hint == "network":  # the stage waits on downloads: its own time is I/O wait
+        rate = (stats.metrics or {}).get("mb_per_s")
+        at = "" if rate is None else f" (at {rate:,.1f} MB/s)"
+        return (f"the network is the bottleneck: {name} waits for shard bytes{at}; raise "
+                "prefetch_bytes, use a cache_dir on a local disk, or read from storage closer "
+                "to this machine.")
     if hint == "remote":
         return (f"{name} is the bottleneck: the senders or the network cannot keep up; add "
                 "senders, or send smaller (encoded) datapoints.")
@@ -221,6 +233,11 @@ class ProfileReport:
         stage = self.bottleneck_stage
         verdict = (f"no bottleneck: {self.suggestion}" if stage is None else
                    f"bottleneck: stage {self.bottleneck} ({stage.name}): {self.suggestion}")
+        for s in self.stages:
+            if s.metrics:
+                out.append(f"stage {s.index} ({s.name}): " + ", ".join(
+                    f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v}"
+                    for k, v in s.metrics.items()))
         out += ["", f"{self.items} datapoints in {self.seconds:.2f} s ({rate:,.1f}/s)", verdict]
         out += _autotune_lines(self.stages)
         return "\n".join(out)
@@ -367,6 +384,10 @@ def _profile(df: DataFlow, num: int, warmup: int, trace: bool, consume: Any) -> 
             instrument(f, None)
         for f in traced:
             f.trace_workers(None)  # type: ignore[attr-defined]  # (attached by _Workers)
+    for (_, f), s in zip(stages, stats):
+        metrics = getattr(f, "profile_metrics", None)  # a stage's counters, e.g. network I/O
+        if callable(metrics):
+            s.metrics = dict(metrics())
     for s, p, before in zip(stats, policies, skipped0):
         if p is not None and before is not None:
             s.skipped = p.total - before

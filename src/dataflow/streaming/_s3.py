@@ -1,0 +1,140 @@
+"""``s3://bucket/key`` through boto3 (extra ``s3``).
+
+boto3, s3fs and obstore were measured side by side on the same server
+(``benchmarks/bench_streaming_s3.py``, figures in ``benchmarks/RESULTS.md``): obstore's raw
+GETs were the fastest, s3fs's the slowest by far; the fetcher over boto3 reached 0.78x and
+1.15x of boto3's raw GETs in two runs on a shared machine. boto3 is the client because it
+follows the whole standard AWS chain for credentials (environment, ``~/.aws/credentials`` and
+``~/.aws/config``, profiles, instance roles) and ``AWS_ENDPOINT_URL``. boto3's own retries are
+turned off: the fetcher retries, resuming at the first byte it lacks.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from dataflow._optional import import_optional
+from dataflow.streaming.storage import (
+    RangeBody,
+    StorageClient,
+    TransientError,
+    shutdown_socket,
+)
+
+__all__ = ["S3Client", "split_s3_url"]
+
+_CONTENT_RANGE = re.compile(r"bytes\s+\d+-\d+/(\d+)")
+#: S3 error codes that a later attempt may not meet
+_TRANSIENT_CODES = {
+    "SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout", "Throttling",
+    "ThrottlingException", "RequestTimeTooSkewed", "500", "502", "503", "504", "429",
+}
+#: the storage_options keys passed to boto3's Session; the rest go to its client
+_SESSION_KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token",
+                 "profile_name", "region_name")
+_S3FS_NAMES = {"key": "aws_access_key_id", "secret": "aws_secret_access_key",
+               "token": "aws_session_token", "profile": "profile_name"}
+
+
+def split_s3_url(url: str) -> tuple[str, str]:
+    """``("bucket", "key")`` of ``s3://bucket/key``."""
+    rest = url.split("://", 1)[1]
+    bucket, _, key = rest.partition("/")
+    if not bucket or not key:
+        raise ValueError(f"`url`: {url!r} is not of the form s3://bucket/key")
+    return bucket, key
+
+
+class _S3Body:
+    def __init__(self, stream: Any, total: int | None, errors: tuple[type[BaseException], ...]
+                 ) -> None:
+        self._stream = stream
+        self.total = total
+        self._errors = errors
+
+    def read(self, n: int) -> bytes:
+        try:
+            return bytes(self._stream.read(n))
+        except (TimeoutError, ConnectionError) as e:
+            raise TransientError(f"S3 body: {type(e).__name__}: {e}") from e
+        except self._errors as e:
+            raise TransientError(f"S3 body: {type(e).__name__}: {e}") from e
+
+    def abort(self) -> None:
+        raw = getattr(self._stream, "_raw_stream", None)
+        conn = getattr(raw, "_connection", None)
+        shutdown_socket(getattr(conn, "sock", None))
+
+    def close(self) -> None:
+        self._stream.close()
+
+
+class S3Client(StorageClient):
+    """S3 and S3-compatible stores (``endpoint_url``: e.g. MinIO, moto, R2)."""
+
+    scheme = "s3"
+
+    def __init__(self, options: Mapping[str, Any], timeout: float = 30.0) -> None:
+        boto3 = import_optional("boto3", "reading s3:// URLs")
+        botocore_config = import_optional("botocore.config", "reading s3:// URLs")
+        self._exc = import_optional("botocore.exceptions", "reading s3:// URLs")
+        opts = {_S3FS_NAMES.get(k, k): v for k, v in options.items()}
+        client_kwargs = dict(opts.pop("client_kwargs", {}) or {})
+        session = boto3.session.Session(**{k: opts.pop(k) for k in _SESSION_KEYS if k in opts})
+        config = botocore_config.Config(
+            retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=timeout,
+            read_timeout=timeout, max_pool_connections=int(opts.pop("max_pool_connections", 32)),
+        )
+        self._client = session.client("s3", config=config, **opts, **client_kwargs)
+        self._lock = threading.Lock()
+        urllib3 = import_optional("urllib3", "reading s3:// URLs")
+        self._body_errors = (self._exc.BotoCoreError, urllib3.exceptions.HTTPError)
+
+    def _translate(self, e: BaseException, url: str) -> BaseException:
+        if isinstance(e, self._exc.ClientError):
+            err = e.response.get("Error", {})
+            code = str(err.get("Code", ""))
+            status = e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+            if code in ("NoSuchKey", "NoSuchBucket", "404", "NotFound"):
+                return FileNotFoundError(f"{url}: {code}")
+            if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
+                return PermissionError(f"{url}: {code}")
+            if code in _TRANSIENT_CODES or status >= 500 or status == 429:
+                return TransientError(f"{url}: {code} (HTTP {status})")
+            return OSError(f"{url}: {code} (HTTP {status})")
+        if isinstance(e, self._body_errors):
+            return TransientError(f"{url}: {type(e).__name__}: {e}")
+        return e
+
+    def size(self, url: str) -> int:
+        bucket, key = split_s3_url(url)
+        try:
+            return int(self._client.head_object(Bucket=bucket, Key=key)["ContentLength"])
+        except Exception as e:
+            raise self._translate(e, url) from e
+
+    def open_range(self, url: str, start: int, end: int | None) -> RangeBody:
+        bucket, key = split_s3_url(url)
+        kwargs = {"Bucket": bucket, "Key": key}
+        if start or end is not None:  # a whole object is asked without Range (served fastest)
+            kwargs["Range"] = f"bytes={start}-" if end is None else f"bytes={start}-{end - 1}"
+        try:
+            resp = self._client.get_object(**kwargs)
+        except Exception as e:
+            if isinstance(e, self._exc.ClientError) and e.response.get("Error", {}).get(
+                    "Code") == "InvalidRange":
+                from dataflow.streaming._http import EmptyBody
+
+                return EmptyBody(start)
+            raise self._translate(e, url) from e
+        m = _CONTENT_RANGE.match(resp.get("ContentRange") or "")
+        total = int(m.group(1)) if m else None
+        if "Range" not in kwargs:
+            total = int(resp["ContentLength"])
+        return _S3Body(resp["Body"], total, self._body_errors)
+
+    def close(self) -> None:
+        self._client.close()
