@@ -35,6 +35,7 @@ from dataflow.serialize._atomic import (
 )
 from dataflow.serialize._atomic_write import atomic_output, check_output
 from dataflow.state import ReaderState
+from dataflow.wrappers.batch import stack_equal
 
 __all__ = ["HDF5Data", "HDF5Serializer"]
 
@@ -158,7 +159,8 @@ class _Column:
                 arr[i] = np.frombuffer(v, dtype=np.uint8)
             return arr
         try:
-            arr = np.asarray(values)
+            stacked = stack_equal(values)
+            arr = np.asarray(values) if stacked is None else stacked
         except ValueError as e:
             shapes = sorted({np.shape(v) for v in values})
             raise self._error(first, f"have different shapes {shapes[:4]}: {e}") from e

@@ -38,6 +38,19 @@ def _mixed(values: Sequence[Any]) -> str:
     return f"values of mixed types: {sorted({type(v).__name__ for v in values})}"
 
 
+def stack_equal(values: Sequence[Any]) -> np.ndarray | None:
+    """``np.asarray(values)`` when every value is a NumPy array (or scalar) of the first's type,
+    dtype and shape (the usual batch): each copied in with one ``memcpy``, without NumPy's
+    per-element discovery; ``None`` otherwise (or without the C extension), for the caller to
+    stack with NumPy, which promotes types and reports ragged shapes."""
+    first = values[0]
+    dtype = getattr(first, "dtype", None)
+    if _fill is None or dtype is None or dtype.kind in "OMmV" or not dtype.isnative:
+        return None
+    out = np.empty((len(values), *first.shape), dtype)
+    return out if _fill(out, values, first) else None
+
+
 def stack_component(values: Sequence[Any], key: Any = 0) -> np.ndarray:
     """Stack one component of a batch into an array, with dtypes chosen from *all* elements.
 
@@ -54,12 +67,9 @@ def stack_component(values: Sequence[Any], key: Any = 0) -> np.ndarray:
     try:
         ftype = type(first)
         if ftype is np.ndarray or isinstance(first, np.generic):
-            if _fill is not None and first.dtype.kind not in "OMmV" and first.dtype.isnative:
-                # every element of first's type, dtype and shape (the usual batch): copied in
-                # as they are, the result np.asarray gives, without its per-element discovery
-                out = np.empty((len(values), *first.shape), first.dtype)
-                if _fill(out, values, first):
-                    return out
+            out = stack_equal(values)
+            if out is not None:
+                return out
             return np.asarray(values)  # stacks along a new axis; raises on ragged shapes
         if ftype is float:  # Python floats (ints and bools among them become floats too)
             try:
