@@ -2,8 +2,8 @@
 
 Layout, per cached URL (``K`` = a hash of the URL, plus its file name for people):
 
-- ``K.data``: a complete copy; its modification time is its last use (least recently used
-  copies are removed first when room is needed);
+- ``K.data``: a complete copy; its modification time is a stamp of its last use, later than
+  every other file's (least recently used copies are removed first when room is needed);
 - ``K.part``: a copy being downloaded, appended to, renamed to ``K.data`` when complete;
 - ``K.lock``: held (``flock``, exclusive) by the one process that downloads ``K.part``; it holds
   the object's size, the room reserved for it.
@@ -23,6 +23,7 @@ import fcntl
 import hashlib
 import os
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -66,6 +67,7 @@ class Claim:
     lock_fd: int = -1  # download: the exclusive lock on K.lock
     write_fd: int = -1
     resume_at: int = 0
+    used_at: int = 0  # the use stamp of a download, given to the copy when it is complete
 
     def write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -80,6 +82,10 @@ class Claim:
         self.write_fd = -1
         with _flocked(self.cache.lock_path):
             os.replace(self.base + ".part", self.base + ".data")
+            # its use is when its download was claimed, not when it ended (a copy used since
+            # then must stay the more recent)
+            with contextlib.suppress(FileNotFoundError):
+                os.utime(self.base + ".data", ns=(self.used_at, self.used_at))
             os.unlink(self.base + ".lock")
             os.close(self.lock_fd)
             self.lock_fd = -1
@@ -111,13 +117,14 @@ class Claim:
             self.lock_fd = fd
             self.write_fd = os.open(self.base + ".part", os.O_WRONLY | os.O_APPEND)
             self.resume_at = os.fstat(self.write_fd).st_size
+            self.used_at = self.cache.next_stamp()
             self.kind = "download"
             return True
 
     def touch(self) -> None:
         """Mark the complete copy as used now (least recently used copies go first)."""
-        with contextlib.suppress(FileNotFoundError):
-            os.utime(self.base + ".data")
+        with _flocked(self.cache.lock_path):
+            self.cache.stamp(self.base + ".data")
 
     def close(self) -> None:
         """Release everything held (idempotent)."""
@@ -141,8 +148,8 @@ class ShardCache:
         name = re.sub(r"[^A-Za-z0-9._-]", "_", url.rstrip("/").rsplit("/", 1)[-1])[-60:]
         return os.path.join(self.directory, f"{digest}-{name}")
 
-    def _entries(self) -> list[tuple[str, float, int]]:
-        """(path, mtime, size) of the files of the directory (gone ones skipped)."""
+    def _entries(self) -> list[tuple[str, int, int]]:
+        """(path, mtime in ns, size) of the files of the directory (gone ones skipped)."""
         out = []
         with os.scandir(self.directory) as it:
             for entry in it:
@@ -150,12 +157,29 @@ class ShardCache:
                     st = entry.stat()
                 except FileNotFoundError:  # removed by another process meanwhile
                     continue
-                out.append((entry.path, st.st_mtime, st.st_size))
+                out.append((entry.path, st.st_mtime_ns, st.st_size))
         return out
 
+    def next_stamp(self, path: str = "") -> int:
+        """A use stamp later than every file's modification time but ``path``'s (under the
+        directory lock): the file clock is too coarse to order uses made within a few
+        milliseconds, and eviction goes by this order."""
+        latest = max((m for p, m, _ in self._entries() if p != path), default=0)
+        return max(time.time_ns(), latest + 1000)
+
+    def stamp(self, path: str) -> None:
+        """Mark ``path`` as used now (under the directory lock)."""
+        stamp = self.next_stamp(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(path, ns=(stamp, stamp))
+
     def usage(self) -> int:
-        """Bytes of the complete copies plus the room reserved by downloads (call under the
-        directory lock for an exact figure)."""
+        """Bytes of the complete copies plus the room reserved by downloads."""
+        with _flocked(self.lock_path):
+            return self._usage()
+
+    def _usage(self) -> int:
+        """:meth:`usage`, under the directory lock held by the caller."""
         total = 0
         for path, _, size in self._entries():
             if path.endswith(".data"):
@@ -177,7 +201,7 @@ class ShardCache:
         """Remove least recently used unread copies (and abandoned partial ones) until ``need``
         more bytes fit (under the directory lock); whether they fit."""
         assert self.limit is not None
-        used = self.usage()
+        used = self._usage()
         if used + need <= self.limit:
             return True
         candidates = []
@@ -236,7 +260,7 @@ class ShardCache:
             with contextlib.suppress(FileNotFoundError):
                 fd = os.open(base + ".data", os.O_RDONLY)
                 fcntl.flock(fd, fcntl.LOCK_SH)
-                os.utime(base + ".data")
+                self.stamp(base + ".data")
                 return Claim(self, base, size, "hit", fd=fd)
             lock_fd = os.open(base + ".lock", os.O_RDWR | os.O_CREAT, 0o644)
             if not _try_lock(lock_fd, fcntl.LOCK_EX):  # another process downloads it
@@ -261,4 +285,5 @@ class ShardCache:
             fcntl.flock(fd, fcntl.LOCK_SH)
             resume = os.fstat(write_fd).st_size
             return Claim(self, base, size, "download", fd=fd, lock_fd=lock_fd,
-                         write_fd=write_fd, resume_at=min(resume, size))
+                         write_fd=write_fd, resume_at=min(resume, size),
+                         used_at=self.next_stamp())
