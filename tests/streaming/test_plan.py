@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from dataflow.streaming.plan import (
@@ -63,13 +63,16 @@ def test_elastic_determinism_and_exactly_once(sizes, seed, window, ranks, worker
 
 @settings(max_examples=40, deadline=None)
 @given(sizes_st, st.integers(0, 1000), st.sampled_from(RANKS), st.sampled_from(WORKERS))
+@example(sizes=[1], seed=0, ranks=4, workers=1)  # fewer samples than ranks: padded 3 times
 def test_pad_policy_equal_steps_covers_everything(sizes, seed, ranks, workers):
     n = sum(sizes)
     got = _global_stream(sizes, seed, 1, 7, ranks, workers, "pad")
     order = global_order(sizes, seed, 1, 7).tolist()
     assert len(got) == -(-n // ranks) * ranks
     assert set(got) == set(range(n))
-    assert got == (order + order)[:len(got)]  # padding repeats the first samples
+    # padding repeats the order from its start (more than once when there are fewer samples
+    # than ranks)
+    assert got == [order[i % n] for i in range(len(got))]
 
 
 @settings(max_examples=40, deadline=None)

@@ -122,7 +122,8 @@ def rank_positions(n: int, rank: int, world_size: int, start: int = 0,
                    partial: str = "drop") -> np.ndarray:
     """The global positions that rank ``rank`` of ``world_size`` reads, from ``start`` on.
 
-    A position ``>= n`` (only under ``partial="pad"``) stands for position ``p - n``.
+    A position ``>= n`` (only under ``partial="pad"``) stands for position ``p % n`` (the order
+    again from its start, more than once when there are fewer samples than ranks).
     """
     _check_world(rank, world_size)
     _check_count("start", start, 0)
