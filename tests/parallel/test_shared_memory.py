@@ -30,6 +30,7 @@ from dataflow.parallel.shared_memory import (
     open_segment,
     shm_available,
 )
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.skipif(not shm_available(), reason="needs Linux /dev/shm")
 
@@ -182,13 +183,6 @@ def test_bytes_in_flight_are_bounded(space):
     assert _ours(space.prefix) == [f"{space.prefix}-0-{i}" for i in (1, 2, 3)]
 
 
-def _wait(cond, timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 WRITER = """
@@ -214,7 +208,7 @@ def test_reaper_sweeps_when_the_owner_leaves_and_when_the_last_writer_leaves(spa
             assert mine.write(memoryview(b"p" * 100)) == f"{prefix}-p-0"
             assert _ours(prefix) == [f"{prefix}-c-0", f"{prefix}-p-0"]
             space._link.close()  # the owner leaves (as if killed): what it was sent is removed
-            assert _wait(lambda: _ours(prefix) == [])
+            assert wait_until(lambda: _ours(prefix) == [], 5)
             assert space._proc.poll() is None  # a writer is still there
             late = subprocess.run([sys.executable, "-c", WRITER, prefix], input="\n\n",
                                   capture_output=True, text=True, env=env, timeout=60)
@@ -382,7 +376,7 @@ def test_no_segment_outlives_a_consumer_killed_with_arrays_in_flight(kind, tmp_p
         assert json.loads(proc.stdout.readline()) == {"ok": True, "ids": [0]}
         pattern = os.path.join(SHM_DIR, f"dataflow-{proc.pid}-*")
         # 4 MiB arrays wait in /dev/shm for the consumer, at most 256 MiB per worker
-        assert _wait(lambda: len(glob.glob(pattern)) >= 8, 20)
+        assert wait_until(lambda: len(glob.glob(pattern)) >= 8, 20)
         assert len(glob.glob(pattern)) <= 2 * 64
         family = psutil.Process(proc.pid).children(recursive=True)
         assert len(family) == 3  # two workers and the clean-up process
@@ -391,8 +385,8 @@ def test_no_segment_outlives_a_consumer_killed_with_arrays_in_flight(kind, tmp_p
         proc.wait()
         proc.stdout.close()
         proc.stderr.close()
-    assert _wait(lambda: glob.glob(pattern) == [], 5)
-    assert _wait(lambda: not any(_running(p) for p in family), 5)
+    assert wait_until(lambda: glob.glob(pattern) == [], 5)
+    assert wait_until(lambda: not any(_running(p) for p in family), 5)
 
 
 def _running(p: psutil.Process) -> bool:
