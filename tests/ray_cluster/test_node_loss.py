@@ -5,6 +5,7 @@ object store over many epochs."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from collections import Counter
 
@@ -12,6 +13,7 @@ import psutil
 import pytest
 
 from dataflow.ray import RayMapData, RayRunner
+from tests.helpers import wait_until
 from tests.parallel import flows
 from tests.ray import flows as rflows
 from tests.ray.conftest import LOOPBACK, listening
@@ -168,11 +170,14 @@ def test_arrays_arrive_without_a_copy_and_memory_stays_bounded(loopback_cluster)
                 assert not img.flags.owndata
                 assert not img.flags.writeable
             del img
+            # Ray drops a reference a moment after the last Python handle to it goes (and a
+            # handle in a reference cycle only goes with the collector): wait for that
+            gc.collect()
+            wait_until(lambda: _driver_objects() == 0, timeout=10)
             held.append(_driver_objects())
             used.append(_store_bytes(loopback_cluster))
-    # 60 MiB mapped per epoch: after each, the driver holds no result (Ray frees them) ...
-    assert held == [held[0]] * 4
-    assert held[0] <= NODES  # (at most one actor's start-up reply each)
+    # 60 MiB mapped per epoch: after each, the driver holds no reference (Ray frees them) ...
+    assert held == [0] * 4
     # ... and the stores hold at most cached copies, within their capacity
     assert all(u <= cap for u, cap in used), used
     print("object store bytes in use after each epoch:", [u for u, _ in used])
