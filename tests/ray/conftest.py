@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from dataflow.ray._cluster import RayHooks
+from dataflow.ray._cluster import LOCAL_SYSTEM_CONFIG, RayHooks
 
 
 def ray_children() -> list[str]:
@@ -39,7 +39,10 @@ def local_ray():
     ray = pytest.importorskip("ray")
     assert not ray.is_initialized()
     hooks = RayHooks()  # (for the tests after these: Ray's SIGTERM handler, env, excepthook)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # (its workers at the tests' priority, as in the local Ray a flow starts: at Ray's default
+    # niceness of 15 they crawl while other processes keep the cores busy)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _system_config=LOCAL_SYSTEM_CONFIG)
     hooks.after_init()
     yield ray
     ray.shutdown()

@@ -92,6 +92,11 @@ def image(dp: list) -> list:
     return [dp[0], np.full((64, 64, 3), dp[0] % 251, np.uint8)]
 
 
+def niceness(dp: list) -> list:
+    """The datapoint's value and the niceness of the process that maps it."""
+    return [dp[0], os.nice(0)]
+
+
 def big_image(dp: list) -> list:
     """``[i, a 1 MiB uint8 array filled with i % 251]``."""
     return [dp[0], np.full((512, 512, 4), dp[0] % 251, np.uint8)]

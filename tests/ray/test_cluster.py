@@ -21,6 +21,7 @@ import pytest
 
 from dataflow.ray import RayMapData, RayRunner
 from tests.parallel import flows
+from tests.ray import flows as rflows
 from tests.ray.conftest import LOOPBACK, listening, wait_no_children
 
 ray = pytest.importorskip("ray")
@@ -48,6 +49,10 @@ def test_flows_start_a_local_ray_and_the_last_close_stops_it():
     assert [dp[0] for dp in r] == list(range(5))
     m.close()
     assert ray.is_initialized()  # r still uses it
+    # its actors run at this process's priority (Ray's default for its workers is 15)
+    with RayMapData(flows.Range(3), 1, rflows.niceness, strict=True, ordered=True) as nice:
+        assert [list(dp) for dp in nice] == [[i, os.nice(0)] for i in range(3)]
+    assert ray.is_initialized()
     assert [dp[0] for dp in r] == list(range(5))
     r.close()
     assert not ray.is_initialized()

@@ -48,6 +48,13 @@ logger = logging.getLogger("dataflow.ray")
 #: seconds to wait for the actors of a pool to start (placement, imports, unpickling)
 START_TIMEOUT = 60.0
 
+#: Ray's system settings for a Ray that dataflow starts itself. Ray runs its worker processes at
+#: niceness 15, below everything else on the machine; the actors of a flow are an input
+#: pipeline, which the trainer waits on, so they run at the priority of the process that started
+#: them, as the process back ends' workers do (at 15, a trainer that keeps the cores busy
+#: starves them: an actor's start-up took minutes behind two busy processes on two cores).
+LOCAL_SYSTEM_CONFIG = {"worker_niceness": 0}
+
 
 def import_ray() -> Any:
     """The ``ray`` package, or an ``ImportError`` naming the extra to install."""
@@ -192,7 +199,8 @@ def acquire_ray(address: str | None, cpus_needed: float) -> bool:
         if address is None:
             with loopback_node(ray):
                 ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                         log_to_driver=False, _node_ip_address=LOOPBACK)
+                         log_to_driver=False, _node_ip_address=LOOPBACK,
+                         _system_config=LOCAL_SYSTEM_CONFIG)
             node = ray.util.get_node_ip_address()
             if node != LOOPBACK:  # (a Ray whose start-up changed: say so, it is reachable)
                 logger.warning(

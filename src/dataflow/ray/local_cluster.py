@@ -27,9 +27,12 @@ __all__ = ["LoopbackCluster"]
 #: object store of each node: small, several nodes share this machine's memory
 OBJECT_STORE_BYTES = 128 * 1024 * 1024
 
-#: how the head checks the nodes: every second, a node that missed 5 checks in a row is dead
-#: (Ray's defaults, every 3 s and 5 misses, take ~15 s; a busy machine still answers within 5)
-HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 5}
+#: the cluster's settings: the head checks the nodes every second, and a node that missed 5
+#: checks in a row is dead (Ray's defaults, every 3 s and 5 misses, take ~15 s; a busy machine
+#: still answers within 5); the workers run at the driver's priority, as in a local Ray of
+#: dataflow's
+SYSTEM_CONFIG = {"health_check_period_ms": 1000, "health_check_failure_threshold": 5,
+                 **cluster.LOCAL_SYSTEM_CONFIG}
 
 #: seconds ``shutdown()`` waits for the killed processes to end
 SHUTDOWN_WAIT = 10.0
@@ -56,7 +59,7 @@ class LoopbackCluster:
         self._nodes: list[Any] = []  # Ray's Node objects, the head first
         with cluster.loopback_node(self._ray):
             self._cluster = Cluster(initialize_head=True, head_node_args=self._node_args(
-                include_dashboard=False, _system_config=HEALTH_CHECKS))
+                include_dashboard=False, _system_config=SYSTEM_CONFIG))
             self._nodes.append(self._cluster.head_node)
         try:
             for _ in range(self.num_nodes - 1):
