@@ -45,8 +45,9 @@ class _RayMapTransport:
     lost, the slot gets a new actor and the chunks it held go out again, to the actors that
     run (the new one joins them once it has started: it may have to wait for a node, and its
     start costs a second or more); the oldest of them (the one it was running: an actor runs
-    its tasks in order) counts a retry, and a chunk retried more than ``max_retries`` times
-    raises (a poison input, not a lost node)."""
+    its tasks in order; chunks it finished before it was lost are delivered) counts a retry,
+    and a chunk retried more than ``max_retries`` times raises (a poison input, not a lost
+    node)."""
 
     def __init__(self, slots: cluster.ActorSlots, make_args: Callable[[int], tuple],
                  max_retries: int) -> None:
@@ -95,9 +96,22 @@ class _RayMapTransport:
         return entry
 
     def _lost(self, w: int, gen: int, exc: BaseException) -> None:
-        lost = sorted((self._pop(ref) for ref, e in list(self.inflight.items())
-                       if e[0] == w and e[1] == gen), key=lambda e: e[2])
+        held = sorted((ref for ref, e in self.inflight.items() if e[0] == w and e[1] == gen),
+                      key=lambda ref: self.inflight[ref][2])
+        lost = []
+        for ref in held:
+            # a chunk the actor finished before it was lost (its result not received yet) is
+            # delivered, not sent again: only the unfinished ones are lost, the oldest of them
+            # being the one the actor was running
+            got = self.slots.fetch([ref], 0, w, lambda r: self.inflight[r][3][0][0])
+            entry = self._pop(ref)
+            if got is None or isinstance(got[1], BaseException):
+                lost.append(entry)
+            else:
+                self.pending.extend(got[1])
         self.slots.replace(w, self.make_args(w))
+        if not lost:
+            return
         _, _, _, chunk, retries = lost[0]
         if retries >= self.max_retries:
             raise WorkerError(

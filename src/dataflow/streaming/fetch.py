@@ -102,6 +102,9 @@ class _State:
         d.started = True
         t = threading.Thread(target=self._run, args=(d, job), name="dataflow-fetch",
                              daemon=True)
+        # A thread stays in the set until it has really ended (a thread that took itself out
+        # in its last lines would still be running when close() joins the others)
+        self.threads = {x for x in self.threads if x.is_alive()}
         self.threads.add(t)
         t.start()
 
@@ -114,7 +117,6 @@ class _State:
                 d.done = True
         finally:
             with self.shared.cond:
-                self.threads.discard(threading.current_thread())
                 if d.done and d.claim is not None and d.detached:
                     self._forget(d)
                 self.schedule()
