@@ -34,6 +34,12 @@ AUTOTUNE = "auto"
 #: seconds of iteration per measured window
 WINDOW = 0.5
 
+#: a thread stage's window that is not measured because it follows a change (threads start
+#: at once, only the queues refill) lasts this fraction of ``WINDOW``; a process stage's lasts
+#: ``WINDOW`` (a new process announces itself before it gets work), and so does the first
+#: window of any stage (it fills the buffer)
+THREAD_SETTLE = 0.5
+
 #: thread workers per core the controller may try (threads that wait on storage or release
 #: the GIL are cheap; the controller stops where more do not pay)
 THREADS_PER_CORE = 16
@@ -103,6 +109,7 @@ class StageTuner:
         self._count = answered()
         controller.skip_window()  # (the first window fills the buffer)
         self._waited = 0.0
+        self._changed = False  # the window in progress follows a change
         share.claim(self, controller.workers, per_worker)
 
     def waited(self, seconds: float) -> None:
@@ -110,16 +117,18 @@ class StageTuner:
         self._waited += seconds
         now = time.perf_counter()
         elapsed = now - self._start
-        if elapsed < WINDOW:
+        ctl = self.controller
+        settle = self._changed and ctl.settling and self.per_worker < 1
+        if elapsed < (WINDOW * THREAD_SETTLE if settle else WINDOW):
             return
         count = self._answered()
-        ctl = self.controller
         m = Measurement(ctl.workers, (count - self._count) / elapsed,
                         min(1.0, self._waited / elapsed))
         self._start, self._count, self._waited = now, count, 0.0
         ctl.maximum = self.share.maximum(self, self.per_worker)
         old = ctl.workers
         new = ctl.step(m)
+        self._changed = new != old
         if new != old:
             logger.info("%s: %d -> %d workers: %s", self.name, old, new, ctl.decisions[-1].reason)
             self._resize(new)

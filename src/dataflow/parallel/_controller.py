@@ -101,6 +101,11 @@ class Controller:
         """Do not measure the next window (a start, a restart: queues fill)."""
         self._settle = True
 
+    @property
+    def settling(self) -> bool:
+        """The next window is not measured (it follows a change, a start or a restart)."""
+        return self._settle
+
     def _step_size(self) -> int:
         return max(1, self.workers // 2)
 
