@@ -49,7 +49,7 @@ def test_auto_mapper_keeps_the_outputs_and_resumes(cls, short_windows) -> None:
     share = default_share()
     per = m._core_per_worker
     maximum = share.maximum(m, per)
-    assert m.autotuned and m.buffer_size == max(200, 16 * maximum)
+    assert m.autotuned and m.buffer_size == max(200, min(16 * maximum, 512))
     with m:
         got = [tuple(dp) for dp in m]
         itr = iter(m)

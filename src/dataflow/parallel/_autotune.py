@@ -41,8 +41,17 @@ WINDOW = 0.5
 THREAD_SETTLE = 0.5
 
 #: thread workers per core the controller may try (threads that wait on storage or release
-#: the GIL are cheap; the controller stops where more do not pay)
-THREADS_PER_CORE = 16
+#: the GIL are cheap: work that waits 5 ms per item on one core still gains from 32 threads to
+#: 64; the controller stops where more do not pay)
+THREADS_PER_CORE = 64
+
+#: thread workers per core an autotuned thread stage starts with (it climbs or gives back
+#: from there)
+THREADS_START_PER_CORE = 4
+
+#: the most inputs an ``"auto"`` buffer holds in flight (results of image maps are large; a
+#: thread stage with many workers gets smaller chunks instead)
+BUFFER_MAX = 512
 
 
 def is_auto(value: Any) -> bool:
@@ -62,8 +71,9 @@ def resolve_runner_count(value: Any, default_buffer: int | None = None) -> Any:
 
 def resolve_buffer(buffer_size: Any, maximum: int) -> Any:
     """``buffer_size="auto"``: room for every worker the stage may run to keep several chunks
-    in flight (at least 200, tensorpack's default); anything else unchanged."""
-    return max(200, 16 * maximum) if is_auto(buffer_size) else buffer_size
+    in flight (at least 200, tensorpack's default, at most ``BUFFER_MAX``); anything else
+    unchanged."""
+    return max(200, min(16 * maximum, BUFFER_MAX)) if is_auto(buffer_size) else buffer_size
 
 
 class CpuShare:
