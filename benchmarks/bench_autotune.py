@@ -1,24 +1,36 @@
 """Autotuned parallelism against a hand grid, today's defaults and tf.data's AUTOTUNE, in one run.
 
     flock /tmp/dataflow-bench.lock env PYTHONPATH=src .venv/bin/python \\
-        benchmarks/bench_autotune.py [--quick] [--cpus 0 0,1] [--seconds 3]
+        benchmarks/bench_autotune.py [--quick] [--cpus 0 0,1] [--seconds 1.5] [--rounds 3]
 
 For each CPU set (each run in its own subprocess pinned with ``taskset -c``), each workload, with
 and without a slow consumer (20 ms of CPU work per item, a trainer's step), it measures the
 steady-state throughput (items/s) and CPU seconds per item (the process and its worker
 processes) of:
 
-* every configuration of a hand grid: back end (threads, processes) x workers x buffer size;
-* today's defaults: ``MultiProcessMapDataZMQ(ds, os.cpu_count(), f)`` (buffer 200);
-* ``ParallelMapData(ds, "auto", f, backend="auto", buffer_size="auto")``: measured after it
-  converged (or after ``--converge`` seconds), with its time to converge (the last decision);
+* every configuration of a hand grid: back end (threads, processes) x workers x buffer size,
+  once each, to find the best hand configuration;
+* then, in ``--rounds`` interleaved rounds (best hand, defaults, auto; the order rotating from
+  round to round), so that load that comes and goes hits all three alike, and the medians are
+  compared (the grid's maximum over many noisy configurations is biased upward):
+
+  * the best hand configuration found by the grid;
+  * today's defaults: ``MultiProcessMapDataZMQ(ds, os.cpu_count(), f)`` (buffer 200);
+  * ``ParallelMapData(ds, "auto", f, backend="auto", buffer_size="auto")``: measured after it
+    converged (or after ``--converge`` seconds), with its time to converge (the last decision);
 * tf.data: ``Dataset.range(n).map(py_function(f), num_parallel_calls=AUTOTUNE).prefetch(
-  AUTOTUNE)`` (the peer figure; its own subprocess).
+  AUTOTUNE)`` (the peer figure; its own subprocess), the same map function.
 
 Workloads: ``gil`` (pure Python, ~1 ms, holds the GIL), ``cv2`` (OpenCV resize + blur of a
 1024x768 image, one OpenCV thread, releases the GIL), ``io5`` / ``io20`` (waits 5 / 20 ms,
-like a read from remote storage). The table gives the ratios auto / best hand setting
-(throughput; CPU per item) and auto / defaults, and tf.data / best hand setting.
+like a read from remote storage), ``lmdb`` (the ImageNet-style pipeline of ``bench_e2e.py``:
+an LMDB of 500x375 JPEG records read in order, ``LocallyShuffleData``, then the map:
+``cv2.imdecode`` + GoogleNetRandomCropAndResize(224) + Flip + Lighting; the LMDB, 256 images, is
+built in a temporary directory and removed afterwards) and ``jpeg`` (the same with the fused
+path, ``AugmentorList.augment_jpeg``: only the crop window is decoded). One item is one image
+(no batching, so that the mapper is the flow the consumer iterates). The table gives the ratios
+auto / best hand setting (throughput; CPU per item) and auto / defaults, and tf.data / best
+hand setting.
 """
 
 from __future__ import annotations
@@ -26,14 +38,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-WORKLOADS = ("gil", "cv2", "io5", "io20")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+WORKLOADS = ("gil", "cv2", "io5", "io20", "lmdb", "jpeg")
+E2E = ("lmdb", "jpeg")  # read from the LMDB of JPEG records
+E2E_IMAGES = 256  # records in the temporary LMDB (built in a few seconds)
+E2E_SHUFFLE = 100  # LocallyShuffleData's buffer
 CONSUMER_MS = (0, 20)
+KINDS = ("best", "default", "auto")  # measured in interleaved rounds
 _IMAGE: Any = None
 
 
@@ -70,6 +92,27 @@ def io20(dp: Any) -> Any:
 FUNCS: dict[str, Callable[[Any], Any]] = {"gil": gil, "cv2": cv2_work, "io5": io5, "io20": io20}
 
 
+def _func(name: str) -> Callable[[Any], Any]:
+    """The map function of workload ``name`` (the e2e ones: bench_e2e's, picklable)."""
+    if name not in E2E:
+        return FUNCS[name]
+    import bench_e2e
+    from dataflow import imgaug
+
+    cls = bench_e2e.FusedDecodeAugment if name == "jpeg" else bench_e2e.DecodeAugment
+    return cls(imgaug)
+
+
+def _source(name: str, lmdb: str | None) -> Any:
+    """A fresh input flow of workload ``name``."""
+    from dataflow import DataFromList, LMDBSerializer, LocallyShuffleData
+
+    if name in E2E:
+        assert lmdb is not None
+        return LocallyShuffleData(LMDBSerializer.load(lmdb, shuffle=False), E2E_SHUFFLE, seed=0)
+    return DataFromList([[i] for i in range(10_000)], shuffle=False)
+
+
 def _spin_cpu(ms: float) -> None:
     """The consumer's step: ``ms`` of CPU time (takes longer when starved of CPU)."""
     end = time.thread_time() + ms / 1000
@@ -97,7 +140,7 @@ def _measure(make: Callable[[], Any], consumer_ms: int, seconds: float,
     itr = iter(flow)
     start = time.perf_counter()
     warm_end = start + max(0.5, min(1.0, seconds / 3))
-    converged_s = None
+    converged_s, steady = None, None
     while True:  # warm up (an autotuned flow: until it converged, at most `converge` s)
         next(itr)
         _spin_cpu(consumer_ms)
@@ -123,63 +166,83 @@ def _measure(make: Callable[[], Any], consumer_ms: int, seconds: float,
     tuned = flow.autotune_state() if hasattr(flow, "autotune_state") else None
     flow.close()
     return {"rate": n / elapsed, "cpu_per_item": cpu / max(1, n), "converge_s": converged_s,
-            "workers": getattr(flow, "num_workers", None), "autotune": tuned,
-            "backend": type(flow).__name__}
+            "steady": steady, "workers": getattr(flow, "num_workers", None),
+            "autotune": tuned, "backend": type(flow).__name__}
 
 
 def _grid(quick: bool) -> list[tuple[str, int, int]]:
-    threads = (1, 2, 4, 8) if quick else (1, 2, 4, 8, 16)
-    procs = (1, 2) if quick else (1, 2, 4)
-    buffers = (200,) if quick else (50, 200, 800)
-    return ([("thread", w, b) for w in threads for b in buffers]
-            + [("process", w, b) for w in procs for b in buffers])
+    threads = (1, 4, 16) if quick else (1, 2, 4, 16, 32)
+    procs = (1,) if quick else (1, 2)
+    return [("thread", w, 200) for w in threads] + [("process", w, 200) for w in procs]
 
 
 def run_dataflow(args: argparse.Namespace) -> list[dict[str, Any]]:
     import logging
 
-    from dataflow import DataFromList
+    import cv2
+
     from dataflow.parallel import MultiProcessMapDataZMQ, MultiThreadMapData, ParallelMapData
 
+    cv2.setNumThreads(1)  # the workers are the parallelism
     logging.basicConfig(level=logging.WARNING)
-    ds_n = 1_000_000
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in args.workloads:
-        func = FUNCS[name]
+        func = _func(name)
         for consumer_ms in CONSUMER_MS:
-            def ds() -> Any:
-                return DataFromList([[i] for i in range(ds_n // 100)], shuffle=False)
+            cell = {"workload": name, "consumer_ms": consumer_ms}
 
-            for backend, workers, buf in _grid(args.quick):
+            def hand(backend: str, workers: int, buf: int, f: Any = func,
+                     name: str = name) -> Callable[[], Any]:
                 cls = MultiThreadMapData if backend == "thread" else MultiProcessMapDataZMQ
-                r = _measure(lambda cls=cls, w=workers, b=buf, f=func: cls(ds(), w, f,
-                                                                           buffer_size=b),
-                             consumer_ms, args.seconds)
-                rows.append({"kind": "hand", "workload": name, "consumer_ms": consumer_ms,
-                             "config": f"{backend} x{workers} buf{buf}", **r})
-            r = _measure(lambda f=func: MultiProcessMapDataZMQ(ds(), os.cpu_count(), f),
-                         consumer_ms, args.seconds)
-            rows.append({"kind": "default", "workload": name, "consumer_ms": consumer_ms,
-                         "config": f"process x{os.cpu_count()} buf200", **r})
-            r = _measure(lambda f=func: ParallelMapData(ds(), "auto", f, buffer_size="auto"),
-                         consumer_ms, args.seconds, converge=args.converge)
-            rows.append({"kind": "auto", "workload": name, "consumer_ms": consumer_ms,
-                         "config": f"auto -> {r['backend']} x{r['workers']}", **r})
+                return lambda: cls(_source(name, args.lmdb), workers, f, buffer_size=buf)
+
+            grid = []
+            for backend, workers, buf in _grid(args.quick):
+                r = _measure(hand(backend, workers, buf), consumer_ms, args.seconds)
+                grid.append({"kind": "hand", **cell, "config": f"{backend} x{workers}",
+                             "spec": (backend, workers, buf), **r})
+            rows += grid
+            best = max(grid, key=lambda r: r["rate"])
+            makers: dict[str, tuple[str, Callable[[], Any]]] = {
+                "best": (best["config"], hand(*best["spec"])),
+                "default": (f"process x{os.cpu_count()}",
+                            hand("process", os.cpu_count() or 1, 200)),
+                "auto": ("auto", lambda f=func, name=name: ParallelMapData(
+                    _source(name, args.lmdb), "auto", f, buffer_size="auto")),
+            }
+            for rnd in range(args.rounds):  # interleaved: best, default, auto, rotating
+                for kind in KINDS[rnd % 3:] + KINDS[: rnd % 3]:
+                    config, make = makers[kind]
+                    r = _measure(make, consumer_ms, args.seconds,
+                                 converge=args.converge if kind == "auto" else 0.0)
+                    if kind == "auto":
+                        config = f"{'thread' if 'Thread' in r['backend'] else 'process'} " \
+                                 f"x{r['workers']}"
+                    rows.append({"kind": kind, **cell, "round": rnd, "config": config, **r})
             print(json.dumps(rows[-1], default=str), file=sys.stderr, flush=True)
     return rows
 
 
 def run_tf(args: argparse.Namespace) -> list[dict[str, Any]]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import cv2
     import numpy as np
     import tensorflow as tf
 
+    cv2.setNumThreads(1)
     rows = []
     for name in args.workloads:
-        func = FUNCS[name]
+        func = _func(name)
+        if name in E2E:  # the same records, from memory, through the same map function
+            import bench_e2e
 
-        def np_func(i: Any, func: Callable[[Any], Any] = func) -> Any:
-            return np.int64(func([int(i)])[0])
+            items = bench_e2e._read_lmdb(Path(args.lmdb))
+
+            def np_func(i: Any, func: Callable[[Any], Any] = func, items: Any = items) -> Any:
+                return np.int64(func(items[int(i) % len(items)])[1])
+        else:
+            def np_func(i: Any, func: Callable[[Any], Any] = func) -> Any:
+                return np.int64(func([int(i)])[0])
 
         for consumer_ms in CONSUMER_MS:
             ds = tf.data.Dataset.range(10**7).map(
@@ -202,69 +265,106 @@ def run_tf(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def table(rows: list[dict[str, Any]], cpus: str) -> str:
-    out = [f"\ncores {cpus}:",
-           "| workload | consumer | best hand (items/s, CPU ms/item) | auto: config | "
-           "auto / best | auto CPU / best | converge s | auto / defaults | tf.data / best |",
-           "|---|---|---|---|---|---|---|---|---|"]
+def _median(rows: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(r[key] for r in rows)
+
+
+def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per workload and consumer: the medians over the rounds and the ratios."""
+    out = []
     for name in dict.fromkeys(r["workload"] for r in rows):
         for consumer_ms in CONSUMER_MS:
             sel = [r for r in rows if r["workload"] == name and r["consumer_ms"] == consumer_ms]
-            hand = [r for r in sel if r["kind"] == "hand"]
-            if not hand:
+            got = {k: [r for r in sel if r["kind"] == k] for k in (*KINDS, "tf.data")}
+            if not all(got[k] for k in KINDS):
                 continue
-            best = max(hand, key=lambda r: r["rate"])
-            auto = next(r for r in sel if r["kind"] == "auto")
-            default = next(r for r in sel if r["kind"] == "default")
-            tfr = next((r for r in sel if r["kind"] == "tf.data"), None)
-            conv = auto.get("converge_s")
-            peer = "-" if tfr is None else f"{tfr['rate'] / best['rate']:.2f}"
-            out.append(
-                f"| {name} | {consumer_ms} ms | {best['config']}: {best['rate']:.0f}, "
-                f"{1000 * best['cpu_per_item']:.2f} | {auto['config']} | "
-                f"{auto['rate'] / best['rate']:.2f} | "
-                f"{auto['cpu_per_item'] / best['cpu_per_item']:.2f} | "
-                f"{'-' if conv is None else f'{conv:.1f}'} | "
-                f"{auto['rate'] / default['rate']:.2f} | "
-                f"{peer} |")
+            best, default, auto = (
+                {"rate": _median(got[k], "rate"), "cpu": _median(got[k], "cpu_per_item")}
+                for k in KINDS)
+            # the time of the last decision; None: still deciding when the cap came
+            conv = [r["converge_s"] if r.get("steady") else None for r in got["auto"]]
+            tf_rate = _median(got["tf.data"], "rate") if got["tf.data"] else None
+            out.append({
+                "workload": name, "consumer_ms": consumer_ms, "best_config":
+                got["best"][0]["config"], "best_rate": best["rate"], "best_cpu": best["cpu"],
+                "auto_configs": [r["config"] for r in got["auto"]],
+                "auto_best": auto["rate"] / best["rate"],
+                "auto_cpu_best": auto["cpu"] / best["cpu"],
+                "converge": conv, "auto_default": auto["rate"] / default["rate"],
+                "tf_best": None if tf_rate is None else tf_rate / best["rate"],
+            })
+    return out
+
+
+def table(rows: list[dict[str, Any]], cpus: str, cap: float) -> str:
+    out = [f"\ncores {cpus}:\n",
+           "| workload | consumer | best hand: items/s, CPU ms/item | auto chose (each round) | "
+           "auto / best | auto CPU / best | converge s (each round) | auto / defaults | "
+           "tf.data / best |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for s in summary(rows):
+        conv = ", ".join(f">{cap:.0f}" if c is None else f"{c:.1f}" for c in s["converge"])
+        peer = "-" if s["tf_best"] is None else f"{s['tf_best']:.2f}"
+        out.append(
+            f"| {s['workload']} | {s['consumer_ms']} ms | {s['best_config']}: "
+            f"{s['best_rate']:.0f}, {1000 * s['best_cpu']:.2f} | "
+            f"{', '.join(s['auto_configs'])} | {s['auto_best']:.2f} | "
+            f"{s['auto_cpu_best']:.2f} | {conv} | {s['auto_default']:.2f} | {peer} |")
     return "\n".join(out)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="a smaller grid, shorter runs")
+    p.add_argument("--quick", action="store_true", help="a smaller grid, one round")
     p.add_argument("--cpus", nargs="+", default=["0", "0,1"], help="taskset CPU lists")
-    p.add_argument("--seconds", type=float, default=None, help="measured seconds per config")
-    p.add_argument("--converge", type=float, default=None,
+    p.add_argument("--seconds", type=float, default=1.5, help="measured seconds per config")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="interleaved rounds of best hand, defaults and auto (default 3)")
+    p.add_argument("--converge", type=float, default=12.0,
                    help="the most seconds an autotuned run may take to converge")
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
+    p.add_argument("--lmdb", help=argparse.SUPPRESS)
     p.add_argument("--part", choices=["dataflow", "tf"], help=argparse.SUPPRESS)
     p.add_argument("--no-tf", action="store_true", help="skip the tf.data peer figure")
     args = p.parse_args()
-    if args.seconds is None:
-        args.seconds = 1.5 if args.quick else 4.0
-    if args.converge is None:
-        args.converge = 8.0 if args.quick else 15.0
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
     if args.part is not None:  # a child: one CPU set, one part
         rows = run_dataflow(args) if args.part == "dataflow" else run_tf(args)
         print(json.dumps(rows, default=str))
         return
-    forward = [*(["--quick"] if args.quick else []), "--seconds", str(args.seconds),
-               "--converge", str(args.converge), "--workloads", *args.workloads]
-    results = {}
-    for cpus in args.cpus:
-        rows: list[dict[str, Any]] = []
-        for part in ["dataflow"] + ([] if args.no_tf else ["tf"]):
-            cmd = ["taskset", "-c", cpus, sys.executable, __file__, "--part", part, *forward]
-            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if res.returncode != 0:
-                print(res.stderr[-3000:], file=sys.stderr)
-                continue
-            rows += json.loads(res.stdout.strip().splitlines()[-1])
-        results[cpus] = rows
-        print(table(rows, cpus), flush=True)
-    with open(os.environ.get("BENCH_AUTOTUNE_JSON", "/tmp/bench_autotune.json"), "w") as f:
-        json.dump(results, f, default=str)
+    tmp = None
+    try:
+        if set(args.workloads) & set(E2E):
+            import bench_e2e
+
+            tmp = tempfile.mkdtemp(prefix="bench_autotune_")
+            bench_e2e.DATA_DIR = Path(tmp)
+            args.lmdb = str(bench_e2e.make_data(E2E_IMAGES))
+        forward = [*(["--quick"] if args.quick else []), "--seconds", str(args.seconds),
+                   "--rounds", str(args.rounds), "--converge", str(args.converge),
+                   *(["--lmdb", args.lmdb] if args.lmdb else []),
+                   "--workloads", *args.workloads]
+        results = {}
+        for cpus in args.cpus:
+            rows: list[dict[str, Any]] = []
+            for part in ["dataflow"] + ([] if args.no_tf else ["tf"]):
+                t0 = time.perf_counter()
+                cmd = ["taskset", "-c", cpus, sys.executable, __file__, "--part", part, *forward]
+                res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                print(f"cores {cpus}, {part}: {time.perf_counter() - t0:.0f} s", file=sys.stderr,
+                      flush=True)
+                if res.returncode != 0:
+                    print(res.stderr[-3000:], file=sys.stderr)
+                    continue
+                rows += json.loads(res.stdout.strip().splitlines()[-1])
+            results[cpus] = rows
+            print(table(rows, cpus, args.converge), flush=True)
+        with open(os.environ.get("BENCH_AUTOTUNE_JSON", "/tmp/bench_autotune.json"), "w") as f:
+            json.dump(results, f, default=str)
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

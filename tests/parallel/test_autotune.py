@@ -49,7 +49,7 @@ def test_auto_mapper_keeps_the_outputs_and_resumes(cls, short_windows) -> None:
     share = default_share()
     per = m._core_per_worker
     maximum = share.maximum(m, per)
-    assert m.autotuned and m.buffer_size == max(200, 16 * maximum)
+    assert m.autotuned and m.buffer_size == max(200, min(16 * maximum, 512))
     with m:
         got = [tuple(dp) for dp in m]
         itr = iter(m)
@@ -160,3 +160,30 @@ def test_the_batching_mapper_is_not_resized_live() -> None:
             b.resize(3)
         itr.close()
     assert b.num_proc == 2
+
+
+@pytest.mark.parametrize(("per_worker", "settle_closes_at"), [(1 / 16, 1.25), (1.0, 1.5)])
+def test_the_window_after_a_change_is_shorter_for_threads(monkeypatch, per_worker,
+                                                          settle_closes_at) -> None:
+    """A thread stage's unmeasured window after a change lasts half a window (threads start at
+    once); a process stage's, and the first window of any stage, a whole one."""
+    from types import SimpleNamespace
+
+    from dataflow.parallel._controller import Controller
+
+    clock, answered, resized = [0.0], [0], []
+    monkeypatch.setattr(_autotune, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    ctl = Controller(1, 16, 8)
+    tuner = _autotune.StageTuner("t", ctl, resized.append, lambda: answered[0], CpuShare(16),
+                                 per_worker)
+
+    def at(t: float) -> int:
+        clock[0] = t
+        answered[0] += 100
+        tuner.waited(0.0)
+        return ctl.window
+
+    assert at(0.3) == 0 and at(0.5) == 1  # the first window: a whole one
+    assert at(1.0) == 2 and resized == [4]  # consumer-bound: half given back
+    assert at(settle_closes_at - 0.01) == 2
+    assert at(settle_closes_at) == 3 and resized == [4]

@@ -40,20 +40,77 @@ def test_climbs_to_the_cores_and_stops() -> None:
     counts = run(ctl, model(100, 4, 1e9), 30)
     assert counts[-1] == 4
     assert ctl.converged_at is not None and ctl.converged_at <= 20
-    # a big and a small probe past the knee and one below it, all reverted; nothing after
+    # a big and a small probe past the knee, both reverted; none below it (the climb from 3
+    # paid: 3 is a floor); nothing after
     assert [(d.old, d.new) for d in ctl.decisions] == [
-        (1, 2), (2, 3), (3, 4), (4, 6), (6, 4), (4, 5), (5, 4), (4, 3), (3, 4)]
+        (1, 2), (2, 3), (3, 4), (4, 6), (6, 4), (4, 5), (5, 4)]
+    assert ctl.converged_at == 15
     assert counts[ctl.converged_at:] == [4] * (30 - ctl.converged_at)
 
 
 def test_consumer_bound_gives_cpu_back() -> None:
-    # 3 workers keep up with the consumer (250/s); 8 were started
+    # 3 workers keep up with the consumer (250/s); 8 were started: half are given back while
+    # that keeps up, then 2 lose throughput (200/s) and 4 are taken back; one at a time from
+    # there, down to 3
     ctl = Controller(1, 16, 8)
     counts = run(ctl, model(100, 16, 250), 40)
-    assert counts[-1] == 3
-    assert [(d.old, d.new) for d in ctl.decisions][-1] == (2, 3)
-    assert all("consumer-bound" in d.reason for d in ctl.decisions[:5])
-    assert counts[-10:] == [3] * 10
+    assert [(d.old, d.new) for d in ctl.decisions] == [(8, 4), (4, 2), (2, 4), (4, 3)]
+    assert [d.window for d in ctl.decisions] == [1, 3, 5, 7]
+    assert ctl.decisions[0].reason == "consumer-bound (waited 0%): giving 4 worker(s) back"
+    assert ctl.decisions[2].reason == "2 workers lost throughput (200.0 vs 250.0/s): back to 4"
+    assert ctl.decisions[3].reason == "consumer-bound (waited 0%): giving 1 worker(s) back"
+    assert counts[-30:] == [3] * 30
+    assert ctl.converged_at == 9
+
+
+def test_consumer_bound_halves_down_to_one() -> None:
+    # one worker keeps up with a slow consumer: 16 -> 8 -> 4 -> 2 -> 1 in 4 give-backs (a
+    # settling window and a measured one each), where one at a time took 15
+    ctl = Controller(1, 32, 16)
+    counts = run(ctl, model(100, 16, 50), 12)
+    assert [(d.old, d.new) for d in ctl.decisions] == [(16, 8), (8, 4), (4, 2), (2, 1)]
+    assert counts[-4:] == [1] * 4 and ctl.converged_at == 9
+
+
+def test_worker_bound_past_the_cores_halves_then_steps() -> None:
+    # 8 threads on 2 cores' worth of work: more do not pay (a big and a small probe), then
+    # half are given back twice (no loss: a ceiling just above), 1 loses, 2 it is
+    ctl = Controller(1, 32, 8)
+    counts = run(ctl, model(1200, 2, 1e9), 24)
+    assert [(d.old, d.new) for d in ctl.decisions] == [
+        (8, 12), (12, 8), (8, 9), (9, 8), (8, 4), (4, 2), (2, 1), (1, 2)]
+    assert ctl.decisions[-1].reason == "1 workers lost throughput (1200.0 vs 2400.0/s): back to 2"
+    assert counts[-6:] == [2] * 6 and ctl.converged_at == 17
+
+
+def test_a_failed_give_back_is_a_floor_that_expires() -> None:
+    # the floor (the count that lost) holds for `hold` windows: no give-back below it; then
+    # the controller probes again, one at a time, and finds the same floor
+    ctl = Controller(1, 16, 4, hold=10)
+    measure = model(100, 16, 250)
+    run(ctl, measure, 10)
+    assert ctl.workers == 3 and ctl._floor == (2, 3)
+    counts = run(ctl, measure, 14)
+    moves = [(d.old, d.new, d.window) for d in ctl.decisions]
+    assert moves == [(4, 2, 1), (2, 4, 3), (4, 3, 5), (3, 2, 13), (2, 3, 15)]
+    assert counts[-9:] == [3] * 9
+
+
+@settings(max_examples=80, deadline=None)
+@given(needed=st.integers(1, 32), extra=st.integers(0, 31), noise=st.floats(0, 0.01),
+       seed=st.integers(0, 2**16))
+def test_give_backs_keep_up_and_stop_at_what_is_needed(needed: int, extra: int, noise: float,
+                                                      seed: int) -> None:
+    """Consumer-bound from any start above what keeps up: the settled count keeps the
+    consumer's rate but for the allowed loss (4 %, plus the noise on both figures compared),
+    and runs no more workers than needed."""
+    per = 100.0
+    consumer = per * needed - 1  # `needed` workers just keep up, `needed - 1` do not
+    ctl = Controller(1, 32, min(32, needed + extra), hold=1000)
+    run(ctl, model(per, 64, consumer, noise=noise, seed=seed), 80)
+    assert ctl.workers <= needed
+    assert min(per * ctl.workers, consumer) >= consumer * (1 - 0.04) * (1 - noise) / (1 + noise)
+    assert ctl.converged_at is not None
 
 
 def test_never_exceeds_the_maximum_and_follows_a_lowered_budget() -> None:

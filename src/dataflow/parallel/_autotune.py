@@ -34,9 +34,24 @@ AUTOTUNE = "auto"
 #: seconds of iteration per measured window
 WINDOW = 0.5
 
+#: a thread stage's window that is not measured because it follows a change (threads start
+#: at once, only the queues refill) lasts this fraction of ``WINDOW``; a process stage's lasts
+#: ``WINDOW`` (a new process announces itself before it gets work), and so does the first
+#: window of any stage (it fills the buffer)
+THREAD_SETTLE = 0.5
+
 #: thread workers per core the controller may try (threads that wait on storage or release
-#: the GIL are cheap; the controller stops where more do not pay)
-THREADS_PER_CORE = 16
+#: the GIL are cheap: work that waits 5 ms per item on one core still gains from 32 threads to
+#: 64; the controller stops where more do not pay)
+THREADS_PER_CORE = 64
+
+#: thread workers per core an autotuned thread stage starts with (it climbs or gives back
+#: from there)
+THREADS_START_PER_CORE = 4
+
+#: the most inputs an ``"auto"`` buffer holds in flight (results of image maps are large; a
+#: thread stage with many workers gets smaller chunks instead)
+BUFFER_MAX = 512
 
 
 def is_auto(value: Any) -> bool:
@@ -56,8 +71,9 @@ def resolve_runner_count(value: Any, default_buffer: int | None = None) -> Any:
 
 def resolve_buffer(buffer_size: Any, maximum: int) -> Any:
     """``buffer_size="auto"``: room for every worker the stage may run to keep several chunks
-    in flight (at least 200, tensorpack's default); anything else unchanged."""
-    return max(200, 16 * maximum) if is_auto(buffer_size) else buffer_size
+    in flight (at least 200, tensorpack's default, at most ``BUFFER_MAX``); anything else
+    unchanged."""
+    return max(200, min(16 * maximum, BUFFER_MAX)) if is_auto(buffer_size) else buffer_size
 
 
 class CpuShare:
@@ -103,6 +119,7 @@ class StageTuner:
         self._count = answered()
         controller.skip_window()  # (the first window fills the buffer)
         self._waited = 0.0
+        self._changed = False  # the window in progress follows a change
         share.claim(self, controller.workers, per_worker)
 
     def waited(self, seconds: float) -> None:
@@ -110,16 +127,18 @@ class StageTuner:
         self._waited += seconds
         now = time.perf_counter()
         elapsed = now - self._start
-        if elapsed < WINDOW:
+        ctl = self.controller
+        settle = self._changed and ctl.settling and self.per_worker < 1
+        if elapsed < (WINDOW * THREAD_SETTLE if settle else WINDOW):
             return
         count = self._answered()
-        ctl = self.controller
         m = Measurement(ctl.workers, (count - self._count) / elapsed,
                         min(1.0, self._waited / elapsed))
         self._start, self._count, self._waited = now, count, 0.0
         ctl.maximum = self.share.maximum(self, self.per_worker)
         old = ctl.workers
         new = ctl.step(m)
+        self._changed = new != old
         if new != old:
             logger.info("%s: %d -> %d workers: %s", self.name, old, new, ctl.decisions[-1].reason)
             self._resize(new)

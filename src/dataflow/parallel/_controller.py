@@ -10,14 +10,19 @@ machine, so tests drive it with recorded or synthetic measurements.
 The rules:
 
 * **the consumer is the bottleneck** (it waited less than ``idle_wait`` of the window: results
-  were ready whenever it asked): adding a worker cannot help, so none is added; one is given
-  back (down to the lowest count known to keep up), to leave the CPU to the consumer (a
-  trainer's own work);
+  were ready whenever it asked): adding a worker cannot help, so none is added; workers are
+  given back, to leave the CPU to the consumer (a trainer's own work);
 * **the workers are the bottleneck**: try one more worker (or half as many more, for larger
-  counts); keep it if the throughput rose by at least ``gain`` (5 %), else go back and stop
-  climbing there; then try one fewer (the cores may be fewer than the workers);
-* a worker given back is taken back if the throughput fell by more than ``loss`` (4 %) against the
-  rate before the first of a run of give-backs (losses do not add up): that count is the floor;
+  counts); keep it if the throughput rose by at least ``gain`` (5 %: the count it climbed
+  from is too few, a floor), else go back and stop climbing there (a ceiling); then try
+  fewer (the cores may be fewer than the workers);
+* give-backs take half of the workers until one fails, then one at a time, never down to a
+  floor; one that keeps the throughput makes the count above the new one a ceiling (fewer
+  did as well: more would not pay);
+* workers given back are taken back if the throughput fell by more than ``loss`` (4 %) against
+  the rate before the first of a run of give-backs (losses do not add up): the count that lost
+  is too few (the floor); the buffer of results holds the consumer's supply while the one
+  measured window after a give-back shows whether it cost throughput;
 * a window right after a change is not measured (new workers start, queues refill);
 * **hysteresis**: a count found too small (a give-back that made the consumer wait) or too
   large (a climb that did not pay) is a bound that holds for ``hold`` windows; then the
@@ -81,10 +86,11 @@ class Controller:
     decisions: list[Decision] = field(default_factory=list)
     _settle: bool = False
     _ceiling: tuple[int, int] | None = None  # (count that did not pay, window it was found)
-    _floor: tuple[int, int] | None = None  # (count that kept up, window it was found)
+    _floor: tuple[int, int] | None = None  # (count found too few, window it was found)
     _probe: tuple[int, float] | None = None  # (count before a climb, its rate)
     _giveback: tuple[int, float] | None = None  # (count before a give-back, reference rate)
     _chain: float | None = None  # the rate before a run of give-backs began
+    _halve: bool = True  # give back half of the workers (until a give-back fails)
 
     def __post_init__(self) -> None:
         self.maximum = max(1, self.maximum)
@@ -94,6 +100,11 @@ class Controller:
     def skip_window(self) -> None:
         """Do not measure the next window (a start, a restart: queues fill)."""
         self._settle = True
+
+    @property
+    def settling(self) -> bool:
+        """The next window is not measured (it follows a change, a start or a restart)."""
+        return self._settle
 
     def _step_size(self) -> int:
         return max(1, self.workers // 2)
@@ -109,6 +120,14 @@ class Controller:
         elif self.converged_at is None:
             self.converged_at = self.window
         return self.workers
+
+    def _fewer(self, n: int) -> int:
+        """The count to give back to from ``n``: half as many (until a give-back failed) or
+        one fewer, never the floor (a count found too few) or below; ``n`` if none is left
+        to give back."""
+        lowest = self.minimum if self._floor is None else max(self.minimum, self._floor[0] + 1)
+        step = n // 2 if self._halve else 1
+        return n if n <= lowest else max(lowest, n - max(1, step))
 
     def _expire(self) -> None:
         w = self.window
@@ -139,20 +158,22 @@ class Controller:
                 self._ceiling = (n, self.window)
                 return self._change(before, f"{n} workers gave no more than {before} "
                                     f"({rate:.1f} vs {before_rate:.1f}/s)", rate)
+            self._floor = (before, self.window)  # the climb paid: fewer are too few
         back, self._giveback = self._giveback, None
         if back is not None:  # a give-back from back[0]: did it cost throughput?
             before, before_rate = back
             if rate < before_rate * (1 - self.loss):
-                self._floor, self._chain = (before, self.window), None
+                self._floor, self._chain, self._halve = (n, self.window), None, False
                 return self._change(before, f"{n} workers lost throughput "
-                                    f"({rate:.1f} vs {before_rate:.1f}/s): taking one back",
+                                    f"({rate:.1f} vs {before_rate:.1f}/s): back to {before}",
                                     rate)
-            self._ceiling = (before, self.window)  # fewer did as well: no need to climb back
+            self._ceiling = (n + 1, self.window)  # fewer did as well: more would not pay
         if m.wait < self.idle_wait:  # the consumer is the bottleneck
-            if n > self.minimum and (self._floor is None or n > self._floor[0]):
+            fewer = self._fewer(n)
+            if fewer < n:
                 self._giveback = (n, self._chain_rate(rate))
-                return self._change(n - 1, f"consumer-bound (waited {m.wait:.0%}): "
-                                    "giving a worker back", rate)
+                return self._change(fewer, f"consumer-bound (waited {m.wait:.0%}): "
+                                    f"giving {n - fewer} worker(s) back", rate)
         else:  # the workers are the bottleneck
             up = n + self._step_size()
             if self._ceiling is not None and up >= self._ceiling[0]:
@@ -161,10 +182,11 @@ class Controller:
                 self._probe, self._chain = (n, rate), None
                 return self._change(up, f"worker-bound (consumer waited {m.wait:.0%}): "
                                     "trying more", rate)
-            if n > self.minimum and (self._floor is None or n > self._floor[0]):
+            fewer = self._fewer(n)
+            if fewer < n:
                 # no more workers (or more did not pay): maybe fewer do as well
                 self._giveback = (n, self._chain_rate(rate))
-                return self._change(n - 1, "no more workers to try: trying one fewer", rate)
+                return self._change(fewer, "no more workers to try: trying fewer", rate)
         return self._change(n, "", rate)
 
     def state(self) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from dataflow import rng as _rng
 from dataflow.base import DataFlow, ProxyDataFlow
 from dataflow.errors import WorkerError
 from dataflow.parallel._autotune import (
+    THREADS_START_PER_CORE,
     CpuShare,
     StageTuner,
     default_share,
@@ -234,7 +235,10 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
 
     def _auto_start(self, maximum: int) -> int:
         """The first worker count of an autotuned stage (the controller climbs from there)."""
-        return max(1, maximum // 2) if self._core_per_worker >= 1 else max(1, maximum // 4)
+        if self._core_per_worker >= 1:
+            return max(1, maximum // 2)
+        cores = maximum * self._core_per_worker  # the budget's cores, in threads' terms
+        return max(1, min(maximum, round(cores * THREADS_START_PER_CORE)))
 
     def _planned_workers(self) -> int:
         """Workers the buffer and chunks are sized for: the most an autotuned stage may run."""
