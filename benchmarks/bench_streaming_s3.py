@@ -3,8 +3,16 @@
 the raw-GET limit of the client it uses, webdataset reading the same objects (over HTTP with
 curl, its documented way for URLs), and the time to the first sample of a 256 MB shard.
 
-    flock /tmp/dataflow-bench.lock env PYTHONPATH=src /work/main/.venv/bin/python \\
+    flock /tmp/dataflow-bench.lock env PYTHONPATH=src benchmarks/.venv-s3/bin/python \\
         benchmarks/bench_streaming_s3.py [--shard-mb 64 --shards 4 --big-mb 256 --rounds 2]
+
+in a virtualenv of its own (s3fs pins an older botocore than the test install's boto3 needs):
+
+    python3 -m venv benchmarks/.venv-s3
+    benchmarks/.venv-s3/bin/pip install --upgrade "pip>=25.1"
+    benchmarks/.venv-s3/bin/pip install -e . --group bench "moto[server]>=5" psutil
+
+(while nothing runs from the tree: the editable install rebuilds the C extensions in place)
 
 ``benchmarks/bench_streaming.py --part s3`` calls :func:`run` and prints the same table.
 Everything listens on 127.0.0.1 and is stopped at the end.
