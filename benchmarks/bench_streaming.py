@@ -7,8 +7,8 @@
 Workloads (written once per run with ``TarShardSerializer``, read by both implementations):
 
 * ``small``: 1 KB samples (``bin`` 1000 random bytes + ``cls``), 2000 per shard;
-* ``jpeg``: JPEGs of random-noise 192x176 images (100 KB of pixels, 40 KB encoded) + ``cls``,
-  100 per shard.
+* ``jpeg``: JPEGs of a random-noise 304x288 image at quality 95 (103 KB encoded; noise keeps
+  JPEG from compressing it much) + ``cls``, 100 per shard.
 
 Parts:
 
@@ -76,7 +76,7 @@ def _write(directory: str, name: str, n: int, per_shard: int) -> list[str]:
     else:
         import cv2
 
-        img = rng.integers(0, 256, (192, 176, 3), dtype=np.uint8)
+        img = rng.integers(0, 256, (304, 288, 3), dtype=np.uint8)  # 103,332 bytes as JPEG
         _, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 95])
         jpeg = buf.tobytes()
 
