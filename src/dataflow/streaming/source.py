@@ -19,13 +19,18 @@ own samples (the others are :data:`~dataflow.sharding.SKIPPED` placeholders, nev
 
 **Reads.** Samples of one shard that lie close together (gaps under 256 KiB) are read as one
 byte range, others each as its own range, so a rank reads about ``1/world_size`` of the bytes.
+Local shards (plain paths and ``file://``) skip the fetcher: each sample is read when its turn
+comes, by one ``os.pread`` of its byte range (the index says where), so a shuffled order costs
+what the file order does and nothing is held ahead of its turn.
 Every shard needs an index (``.idx.json``): one missing is built by reading the shard once at
 ``reset_state()`` (``python -m dataflow index-shards`` writes them beforehand).
 
 **Errors.** A truncated or corrupt shard, or a download that fails for good, goes through the
 bad-sample policy (``on_error``, ``max_errors``, see :mod:`dataflow.policy`): ``"raise"``
 raises an error naming the URL and the member; ``"skip"``/``"warn"`` drop the samples of the
-failed range, count them, and go on (the rank then yields fewer than ``len(ds)``).
+failed range, count them, and go on (the rank then yields fewer than ``len(ds)``). A local
+shard's range is one sample: a truncated local shard drops the samples past its end, each one
+counted.
 """
 
 from __future__ import annotations
@@ -46,11 +51,25 @@ from dataflow.streaming.decoders import make_decoder
 from dataflow.streaming.index import ShardIndex, build_index, index_url
 from dataflow.streaming.plan import EpochPlan
 from dataflow.streaming.tar import ByteReader, iter_members, split_key
+from dataflow.streaming.urls import LOCAL, scheme_of, strip_file_scheme
 
 __all__ = ["StreamingShards", "world_from_env"]
 
 _GAP = 256 << 10  # samples of a shard closer than this are read as one range
 _STATE_TYPE = "StreamingShards"
+
+
+def _field_of(name: str, key0: str, url: str, offset: int) -> str:
+    """The field of member ``name`` of sample ``key0``; a member of another key means the
+    index no longer describes the shard."""
+    key, field = split_key(name)
+    if key != key0:
+        raise CorruptFileError(
+            f"tar shard {url}: member {name!r} at byte {offset} is not part of sample "
+            f"{key0!r} that its index puts there; the index is stale: rebuild it "
+            "(python -m dataflow index-shards)."
+        )
+    return field
 
 
 def world_from_env() -> tuple[int, int]:
@@ -82,6 +101,9 @@ class StreamingShards(DataFlow):
         from dataflow.streaming.urls import expand_urls
 
         self.urls = expand_urls(urls)
+        # local shards are read in place, sample by sample (see "Reads" above)
+        self._local = [scheme_of(u) == LOCAL for u in self.urls]
+        self._local_bytes = 0  # bytes read from local shards (for profile_metrics)
         self.shuffle, self.seed, self.window, self.partial = shuffle, seed, window, partial
         EpochPlan((), seed, 0, window, shuffle, rank or 0, world_size or (rank or 0) + 1,
                   0, partial)  # validates the arguments now
@@ -152,8 +174,12 @@ class StreamingShards(DataFlow):
         return self.plan(start=0).steps
 
     def profile_metrics(self) -> dict[str, float]:
-        """The fetcher's network counters (for the profiler report)."""
-        return dict(self._fetcher.stats()) if self._fetcher is not None else {}
+        """The fetcher's network counters (for the profiler report); ``bytes_read`` includes
+        the bytes read from local shards in place."""
+        out = dict(self._fetcher.stats()) if self._fetcher is not None else {}
+        if out or self._local_bytes:
+            out["bytes_read"] = out.get("bytes_read", 0) + self._local_bytes
+        return out
 
     # ---- epochs -------------------------------------------------------------------------
 
@@ -213,17 +239,26 @@ class StreamingShards(DataFlow):
                   for i in range(0, len(samples), chunk)]
         ranges = [self._ranges(s, j) for s, j in chunks]
         if ranges:
-            self._fetcher.prefetch([r[:3] for r in ranges[0]])
-        for c, (shards, locals_) in enumerate(chunks):
-            if c + 1 < len(ranges):
-                self._fetcher.prefetch([r[:3] for r in ranges[c + 1]])
-            yield from self._read_chunk(shards, locals_, ranges[c])
+            self._fetcher.prefetch([r[:3] for r in ranges[0] if not self._local[r[3]]])
+        files: dict[int, int] = {}  # local shard -> open descriptor, for this epoch
+        try:
+            for c, (shards, locals_) in enumerate(chunks):
+                if c + 1 < len(ranges):
+                    self._fetcher.prefetch([r[:3] for r in ranges[c + 1]
+                                            if not self._local[r[3]]])
+                yield from self._read_chunk(shards, locals_, ranges[c], files)
+        finally:
+            for fd in files.values():
+                os.close(fd)
 
     def _ranges(self, shards: np.ndarray, locals_: np.ndarray) -> list[tuple[Any, ...]]:
-        """Byte ranges ``(url, start, end, shard, first, last)`` covering a chunk's samples."""
+        """Byte ranges ``(url, start, end, shard, first, last)`` covering a chunk's samples
+        (none for local shards: they are read sample by sample)."""
         assert self._indexes is not None
         out = []
         for s in np.unique(shards):
+            if self._local[s]:
+                continue
             idx = self._indexes[s].samples
             need = np.unique(locals_[shards == s])
             first = prev = int(need[0])
@@ -237,7 +272,8 @@ class StreamingShards(DataFlow):
         return out
 
     def _read_chunk(self, shards: np.ndarray, locals_: np.ndarray,
-                    ranges: list[tuple[Any, ...]]) -> Generator[dict[str, Any]]:
+                    ranges: list[tuple[Any, ...]], files: dict[int, int]
+                    ) -> Generator[dict[str, Any]]:
         queues: dict[int, deque[tuple[Any, ...]]] = {}
         for r in ranges:
             queues.setdefault(r[3], deque()).append(r)
@@ -246,6 +282,11 @@ class StreamingShards(DataFlow):
         open_: dict[int, Generator[tuple[int, dict[str, Any] | None]]] = {}
         try:
             for s, j in zip(shards.tolist(), locals_.tolist(), strict=True):
+                if self._local[s]:
+                    dp = self._local_sample(s, j, files)
+                    if dp is not None:
+                        yield self._decode(dp) if self._decode is not None else dp
+                    continue
                 while (s, j) not in buffer:
                     if s not in open_:
                         open_[s] = self._range_samples(queues[s].popleft(), needed)
@@ -286,15 +327,7 @@ class StreamingShards(DataFlow):
                         continue
                     sample: dict[str, Any] = {"__key__": key0, "__url__": url}
                     for m in iter_members(reader, url, lo, hi):
-                        key, field = split_key(m.name)
-                        if key != key0:
-                            raise CorruptFileError(
-                                f"tar shard {url}: member {m.name!r} at byte "
-                                f"{m.header_offset} is not part of sample {key0!r} that its "
-                                "index puts there; the index is stale: rebuild it "
-                                "(python -m dataflow index-shards)."
-                            )
-                        sample[field] = m.data
+                        sample[_field_of(m.name, key0, url, m.header_offset)] = m.data
                         pos = m.end
                     if pos < hi:
                         break
@@ -305,15 +338,48 @@ class StreamingShards(DataFlow):
                                        f"{idx[k][0]!r} (byte {idx[k][2]}): truncated")
         except (CorruptFileError, OSError) as e:
             if self._policy is None:
-                where = self._member_at(s, getattr(e, "offset", pos))
-                if isinstance(e, CorruptFileError):
-                    raise CorruptFileError(f"{e} (in member {where!r} of sample "
-                                           f"{idx[k][0]!r})") from e
-                raise CorruptFileError(f"reading tar shard {url} failed in member {where!r}: "
-                                       f"{e}") from e
+                raise self._read_error(e, s, k, pos) from e
             for lost in range(k, last + 1):
                 self._policy.failed(None, f"{url} sample {idx[lost][0]!r}: {e}")
                 yield lost, None
+
+    def _local_sample(self, s: int, k: int, files: dict[int, int]) -> dict[str, Any] | None:
+        """Sample ``k`` of local shard ``s``, read in place: one ``os.pread`` of its byte
+        range, its members parsed out of that buffer (each body copied once, as bytes).
+        ``None`` if it failed under ``on_error="skip"``/``"warn"`` (counted)."""
+        assert self._indexes is not None
+        url = self.urls[s]
+        key0, lo, hi = self._indexes[s].samples[k]
+        pos = lo  # where the next member starts
+        try:
+            fd = files.get(s)
+            if fd is None:
+                fd = files[s] = os.open(strip_file_scheme(url), os.O_RDONLY)
+            data = os.pread(fd, hi - lo, lo)
+            self._local_bytes += len(data)
+            sample: dict[str, Any] = {"__key__": key0, "__url__": url}
+            for m in iter_members(ByteReader.of_bytes(data), url, lo, hi):
+                sample[_field_of(m.name, key0, url, m.header_offset)] = m.data
+                pos = m.end
+            if pos < hi:
+                raise CorruptFileError(f"tar shard {url} ended before the end of sample "
+                                       f"{key0!r} (byte {hi}): truncated")
+            return sample
+        except (CorruptFileError, OSError) as e:
+            if self._policy is None:
+                raise self._read_error(e, s, k, pos) from e
+            self._policy.failed(None, f"{url} sample {key0!r}: {e}")
+            return None
+
+    def _read_error(self, e: BaseException, s: int, k: int, pos: int) -> CorruptFileError:
+        """The error raised (without a bad-sample policy) for ``e``, met in sample ``k`` of
+        shard ``s`` at or after byte ``pos``: it names the URL, the member and the sample."""
+        assert self._indexes is not None
+        url, key = self.urls[s], self._indexes[s].samples[k][0]
+        where = self._member_at(s, getattr(e, "offset", pos))
+        if isinstance(e, CorruptFileError):
+            return CorruptFileError(f"{e} (in member {where!r} of sample {key!r})")
+        return CorruptFileError(f"reading tar shard {url} failed in member {where!r}: {e}")
 
     def _member_at(self, shard: int, offset: int) -> str:
         """The name of the member of ``shard`` whose bytes hold ``offset``."""

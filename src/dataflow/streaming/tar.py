@@ -28,6 +28,15 @@ from dataflow.errors import CorruptFileError
 __all__ = ["ByteReader", "Member", "iter_members", "iter_samples", "split_key", "tar_header"]
 
 BLOCK = 512
+
+
+class _Empty:
+    @staticmethod
+    def read(n: int) -> bytes:
+        return b""
+
+
+_EMPTY = _Empty()
 _FILE_TYPES = (b"0", b"\0", b"7")
 
 
@@ -61,6 +70,14 @@ class ByteReader:
         self._read = getattr(stream, "read1", None) or stream.read
         self._buf = b""
         self._pos = 0
+
+    @classmethod
+    def of_bytes(cls, data: bytes) -> ByteReader:
+        """A reader over bytes already in memory (its reads slice ``data``, never copy it
+        whole)."""
+        reader = cls(_EMPTY)
+        reader._buf = data
+        return reader
 
     def read_exact(self, n: int) -> bytes:
         """``n`` bytes, or fewer only at the end of the stream."""
@@ -167,16 +184,17 @@ def iter_members(stream: BinaryIO | Any, source: str = "<stream>",
         if prefix and header[257:262] == b"ustar":
             name = f"{prefix}/{name}"
         padded = -(-size // BLOCK) * BLOCK
-        data = reader.read_exact(padded)
-        if len(data) < padded and len(data) < size:
+        body = reader.read_exact(size)  # the body alone: one copy out of the read buffer
+        if len(body) < size:
             raise CorruptFileError(
                 f"tar shard {source} is truncated in member {long_name or name!r}: its body "
-                f"at byte {pos + BLOCK} has {len(data)} of {size} bytes; re-download or "
+                f"at byte {pos + BLOCK} has {len(body)} of {size} bytes; re-download or "
                 "re-write the shard."
             )
+        if padded > size:
+            reader.skip(padded - size)  # the padding (a shard may end without it)
         data_offset = pos + BLOCK
         pos = data_offset + padded
-        body = data[:size]
         if kind in (b"L",):
             long_name = body.rstrip(b"\0").decode("utf-8", "surrogateescape")
             continue
