@@ -41,13 +41,19 @@ class _MapActor:
 
 
 class _RayMapTransport:
-    """Consumer side: least-loaded dispatch of chunks to the running actors. When an actor is
-    lost, the slot gets a new actor and the chunks it held go out again, to the actors that
-    run (the new one joins them once it has started: it may have to wait for a node, and its
-    start costs a second or more); the oldest of them (the one it was running: an actor runs
-    its tasks in order; chunks it finished before it was lost are delivered) counts a retry,
-    and a chunk retried more than ``max_retries`` times raises (a poison input, not a lost
-    node)."""
+    """Consumer side: least-loaded dispatch of chunks to the running actors.
+
+    When an actor is lost, the slot gets a new actor and the chunks it held go out again, to
+    the actors that run (the new one joins them once it has started: it may have to wait for a
+    node, and its start costs a second or more); chunks it finished before it was lost are
+    delivered. Which of the unfinished chunks it was running is not certain: an actor runs its
+    tasks in order, but it may die before the reply of a finished task has left it. So the
+    oldest unfinished chunk is only a suspect: it counts a retry and goes out again *alone*, to
+    an actor that has nothing else to do and gets nothing else until that chunk is done (the
+    least loaded running actor takes no new work until it is idle). A suspect lost while alone
+    is what killed its actor: past ``max_retries`` retries it raises (a poison input, not a
+    lost node). With ``max_retries=0`` the first loss raises, naming the oldest unfinished
+    chunk."""
 
     def __init__(self, slots: cluster.ActorSlots, make_args: Callable[[int], tuple],
                  max_retries: int) -> None:
@@ -59,23 +65,51 @@ class _RayMapTransport:
         self.inflight: dict[Any, tuple[int, int, int, list, int]] = {}
         self.load = [0] * slots.n
         self.pending: deque[tuple] = deque()
+        self.held: deque[tuple[list, int, bool]] = deque()  # (chunk, retries, alone) to send
+        self.alone: dict[int, Any] = {}  # slot -> the ref of the suspect it runs alone
         self._seq = 0
 
-    def submit(self, chunk: list, retries: int = 0) -> None:
+    def submit(self, chunk: list, retries: int = 0, alone: bool = False) -> None:
         """Send ``chunk`` to the least loaded running actor (to a replacement that has not
-        started yet only when no actor runs: it may wait for a node)."""
+        started yet only when no actor runs: it may wait for a node); ``alone``: to an idle
+        actor, which takes nothing else until it is done (held until one is idle)."""
+        self.slots.check_open()
+        self.held.append((chunk, retries, alone))
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Send the held chunks that have an actor to go to, in order."""
         slots = self.slots
-        slots.check_open()
-        running = [w for w in range(slots.n) if slots.running(w)] or range(slots.n)
-        w = min(running, key=self.load.__getitem__)
-        ref = self.slots.actors[w].map_chunk.remote(chunk)
-        self._seq += 1
-        self.inflight[ref] = (w, self.slots.generation[w], self._seq, chunk, retries)
-        self.load[w] += len(chunk)
+        free = [w for w in range(slots.n) if w not in self.alone]
+        running = [w for w in free if slots.running(w)] or free
+        # an actor set aside for a waiting suspect takes no new work until it is idle
+        waiting = any(alone for _, _, alone in self.held)
+        reserved = min(running, key=self.load.__getitem__) if waiting and running else None
+        keep: deque[tuple[list, int, bool]] = deque()
+        for chunk, retries, alone in self.held:
+            if alone:
+                idle = [w for w in running if self.load[w] == 0]
+                w = idle[0] if idle else None
+            else:
+                usable = [w for w in running if w != reserved and w not in self.alone]
+                w = min(usable, key=self.load.__getitem__) if usable else None
+            if w is None:
+                keep.append((chunk, retries, alone))
+                continue
+            ref = slots.actors[w].map_chunk.remote(chunk)
+            self._seq += 1
+            self.inflight[ref] = (w, slots.generation[w], self._seq, chunk, retries)
+            self.load[w] += len(chunk)
+            if alone:
+                self.alone[w] = ref
+                running.remove(w)
+        self.held = keep
 
     def receive(self, timeout: float) -> tuple | None:
         if self.pending:
             return self.pending.popleft()
+        if self.held:
+            self._dispatch()
         inflight = self.inflight
         got = self.slots.fetch(inflight, timeout, lambda r: inflight[r][0],
                                lambda r: inflight[r][3][0][0])
@@ -93,27 +127,30 @@ class _RayMapTransport:
     def _pop(self, ref: Any) -> tuple[int, int, int, list, int]:
         entry = self.inflight.pop(ref)
         self.load[entry[0]] -= len(entry[3])
+        if self.alone.get(entry[0]) is ref:
+            del self.alone[entry[0]]
         return entry
 
     def _lost(self, w: int, gen: int, exc: BaseException) -> None:
+        isolated = w in self.alone  # it ran a suspect alone: that chunk killed it
         held = sorted((ref for ref, e in self.inflight.items() if e[0] == w and e[1] == gen),
                       key=lambda ref: self.inflight[ref][2])
         lost = []
         for ref in held:
-            # a chunk the actor finished before it was lost (its result not received yet) is
-            # delivered, not sent again: only the unfinished ones are lost, the oldest of them
-            # being the one the actor was running
+            # a chunk the actor finished before it was lost (its result received) is
+            # delivered, not sent again
             got = self.slots.fetch([ref], 0, w, lambda r: self.inflight[r][3][0][0])
             entry = self._pop(ref)
             if got is None or isinstance(got[1], BaseException):
                 lost.append(entry)
             else:
                 self.pending.extend(got[1])
+        self.alone.pop(w, None)
         self.slots.replace(w, self.make_args(w))
         if not lost:
             return
         _, _, _, chunk, retries = lost[0]
-        if retries >= self.max_retries:
+        if retries >= self.max_retries and (isolated or self.max_retries == 0):
             raise WorkerError(
                 "WorkerDied",
                 f"the Ray actor of worker {w} was lost while mapping {len(chunk)} input(s), "
@@ -122,7 +159,7 @@ class _RayMapTransport:
                 "else raise `max_retries`.",
                 worker_id=w, index=chunk[0][0], stage=self.slots.stage,
             ) from exc
-        self.submit(chunk, retries + 1)
+        self.submit(chunk, retries + 1, alone=True)
         for _, _, _, other, retries in lost[1:]:  # queued behind it: not their fault
             self.submit(other, retries)
 
