@@ -176,15 +176,58 @@ def first_sample(endpoint: str, key: str) -> float:
     return elapsed
 
 
-def run(shard_mb: int = 64, shards: int = 4, big_mb: int = 256, rounds: int = 2) -> dict:
-    """The best figure of each measure over ``rounds`` interleaved rounds."""
+class MotoS3Process:
+    """moto's S3 server in a process of its own on 127.0.0.1, as a real store is never in the
+    reader's process (:class:`MotoS3` runs it in a thread of this one, where its Python work
+    and the reader's share one GIL: every byte's handling on the client side then slows the
+    server down too)."""
+
+    def __init__(self) -> None:
+        from tests.streaming.servers import free_port
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._proc: Any = None
+
+    def __enter__(self) -> MotoS3Process:
+        import socket
+        import subprocess
+
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from moto.server import main; "
+             "main(['-H', '127.0.0.1', '-p', sys.argv[1]])", str(self.port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
+            except OSError:
+                if time.monotonic() > deadline or self._proc.poll() is not None:
+                    self.__exit__()
+                    raise RuntimeError("moto's server did not start") from None
+                time.sleep(0.1)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(10)
+            self._proc = None
+
+    client = MotoS3.client
+
+
+def run(shard_mb: int = 64, shards: int = 4, big_mb: int = 256, rounds: int = 2,
+        server_process: bool = True) -> dict:
+    """The best figure of each measure over ``rounds`` interleaved rounds; the server in a
+    process of its own, or (``server_process=False``) in a thread of this one."""
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's request log
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench-secret")
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
-    with MotoS3() as server:
+    with (MotoS3Process() if server_process else MotoS3()) as server:
         c = server.client()
         c.create_bucket(Bucket=BUCKET)
         keys = [f"train-{i:06d}.tar" for i in range(shards)]
@@ -213,10 +256,13 @@ def main() -> None:
     p.add_argument("--shards", type=int, default=4)
     p.add_argument("--big-mb", type=int, default=256)
     p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--server-thread", action="store_true",
+                   help="run moto's server in a thread of this process (it shares the GIL)")
     a = p.parse_args()
-    best = run(a.shard_mb, a.shards, a.big_mb, a.rounds)
+    best = run(a.shard_mb, a.shards, a.big_mb, a.rounds, not a.server_thread)
     print(f"{a.shards} shards x {a.shard_mb} MB, {CONCURRENCY} concurrent GETs, best of "
-          f"{a.rounds} interleaved rounds")
+          f"{a.rounds} interleaved rounds, the server in "
+          f"{'a thread of this process' if a.server_thread else 'a process of its own'}")
     print("| measure | value |\n|---|---|")
     for k, v in best.items():
         unit = "" if ("/" in k or "(s)" in k) else " MB/s"
