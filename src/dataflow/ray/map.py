@@ -91,7 +91,7 @@ class _RayMapTransport:
                 idle = [w for w in running if self.load[w] == 0]
                 w = idle[0] if idle else None
             else:
-                usable = [w for w in running if w != reserved and w not in self.alone]
+                usable = [w for w in running if w != reserved]  # (no suspect's actor)
                 w = min(usable, key=self.load.__getitem__) if usable else None
             if w is None:
                 keep.append((chunk, retries, alone))

@@ -72,6 +72,12 @@ def _field_of(name: str, key0: str, url: str, offset: int) -> str:
     return field
 
 
+def _truncated(url: str, key: str, end: int) -> CorruptFileError:
+    """The error for shard ``url`` ending before the end (byte ``end``) of sample ``key``."""
+    return CorruptFileError(f"tar shard {url} ended before the end of sample {key!r} "
+                            f"(byte {end}): truncated")
+
+
 def world_from_env() -> tuple[int, int]:
     """``(rank, world_size)`` from ``torch.distributed`` if initialized, else ``RANK`` and
     ``WORLD_SIZE``, else ``(0, 1)``."""
@@ -334,8 +340,7 @@ class StreamingShards(DataFlow):
                     yield k, sample
                     k += 1
             if k <= last:
-                raise CorruptFileError(f"tar shard {url} ended before the end of sample "
-                                       f"{idx[k][0]!r} (byte {idx[k][2]}): truncated")
+                raise _truncated(url, idx[k][0], idx[k][2])
         except (CorruptFileError, OSError) as e:
             if self._policy is None:
                 raise self._read_error(e, s, k, pos) from e
@@ -362,8 +367,7 @@ class StreamingShards(DataFlow):
                 sample[_field_of(m.name, key0, url, m.header_offset)] = m.data
                 pos = m.end
             if pos < hi:
-                raise CorruptFileError(f"tar shard {url} ended before the end of sample "
-                                       f"{key0!r} (byte {hi}): truncated")
+                raise _truncated(url, key0, hi)
             return sample
         except (CorruptFileError, OSError) as e:
             if self._policy is None:
