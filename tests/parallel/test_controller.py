@@ -83,6 +83,34 @@ def test_worker_bound_past_the_cores_halves_then_steps() -> None:
     assert counts[-6:] == [2] * 6 and ctl.converged_at == 17
 
 
+@given(noise=st.floats(0, 0.03), seed=st.integers(0, 2**16))
+@settings(max_examples=30, deadline=None)
+def test_work_that_scales_to_the_maximum_stays_there(noise: float, seed: int) -> None:
+    # waiting work: every thread adds its share up to the cap of 64; the climb reaches the
+    # largest count below the cap, a step up that could not show a 5 % gain (63 -> 64) is not
+    # tried, and the count the climb paid for in full is not walked back one at a time (each
+    # thread fewer would cost 1.6 %, inside the noise); after `hold` windows one re-probe
+    # (half the threads) loses and is taken back, and the count it returns to stays
+    ctl = Controller(1, 64, 4)
+    counts = run(ctl, model(100, 1000, 1e9, noise=noise, seed=seed), 70)
+    assert [(d.old, d.new, d.window) for d in ctl.decisions] == [
+        (4, 6, 1), (6, 9, 3), (9, 13, 5), (13, 19, 7), (19, 28, 9), (28, 42, 11), (42, 63, 13),
+        (63, 32, 55), (32, 63, 57)]
+    assert counts[13:54] == [63] * 41 and counts[57:] == [63] * 13
+    assert ctl.converged_at == 59
+
+
+def test_a_climb_that_paid_less_than_its_share_is_walked_back() -> None:
+    # 9 -> 13 workers on 10 cores' worth: +11 % for +44 % workers, a knee between them; 13 is
+    # not kept: after a big and a small step up that do not pay, it gives back down to the
+    # floor the climb found (one above 9)
+    ctl = Controller(1, 16, 9)
+    counts = run(ctl, model(10, 10, 1e9), 30)
+    assert [(d.old, d.new, d.window) for d in ctl.decisions] == [
+        (9, 13, 1), (13, 16, 3), (16, 13, 5), (13, 14, 7), (14, 13, 9), (13, 10, 11)]
+    assert counts[11:] == [10] * 19 and ctl.converged_at == 13
+
+
 def test_a_failed_give_back_is_a_floor_that_expires() -> None:
     # the floor (the count that lost) holds for `hold` windows: no give-back below it; then
     # the controller probes again, one at a time, and finds the same floor

@@ -118,6 +118,19 @@ def test_resize_outside_iteration_and_bad_counts() -> None:
             m.resize(0)
 
 
+def test_chunks_are_sized_for_the_workers_running_now() -> None:
+    # a chunk is at most a quarter of a worker's share of the buffer and 16 inputs: sized for
+    # the count it runs, so that a few workers get big chunks and many still all get work
+    with MultiThreadMapData(flows.Range(1000), 2, flows.random_draws, buffer_size=512) as m:
+        itr = iter(m)
+        sizes = []
+        for n in (2, 8, 64, 128, 3):
+            m.resize(n)
+            next(itr)
+            sizes.append(m._sched.chunk_size)
+        assert sizes == [16, 16, 2, 1, 16]
+
+
 def test_a_non_strict_stream_goes_on_across_resizes() -> None:
     with MultiProcessMapDataZMQ(flows.Range(25), 1, flows.random_draws, buffer_size=8,
                                 ordered=True, seed=5) as ref:

@@ -15,7 +15,11 @@ The rules:
 * **the workers are the bottleneck**: try one more worker (or half as many more, for larger
   counts); keep it if the throughput rose by at least ``gain`` (5 %: the count it climbed
   from is too few, a floor), else go back and stop climbing there (a ceiling); then try
-  fewer (the cores may be fewer than the workers);
+  fewer (the cores may be fewer than the workers), unless the count paid in full: a climb to
+  it, or a failed give-back from it, measured each worker between it and the count below as
+  adding at least ``full`` (75 %) of its share, so that no knee lies between them (with work
+  that waits, each of a hundred threads adds 1 %, within a window's noise, and giving them
+  back one at a time never settled);
 * give-backs take half of the workers until one fails, then one at a time, never down to a
   floor; one that keeps the throughput makes the count above the new one a ceiling (fewer
   did as well: more would not pay);
@@ -79,6 +83,7 @@ class Controller:
     gain: float = 0.05
     loss: float = 0.04
     idle_wait: float = 0.05
+    full: float = 0.75
     hold: int = 40
     workers: int = 0
     window: int = 0
@@ -87,6 +92,7 @@ class Controller:
     _settle: bool = False
     _ceiling: tuple[int, int] | None = None  # (count that did not pay, window it was found)
     _floor: tuple[int, int] | None = None  # (count found too few, window it was found)
+    _paid: tuple[int, int] | None = None  # (count a climb paid for, window it was found)
     _probe: tuple[int, float] | None = None  # (count before a climb, its rate)
     _giveback: tuple[int, float] | None = None  # (count before a give-back, reference rate)
     _chain: float | None = None  # the rate before a run of give-backs began
@@ -135,6 +141,8 @@ class Controller:
             self._ceiling = None
         if self._floor is not None and w - self._floor[1] >= self.hold:
             self._floor = None
+        if self._paid is not None and w - self._paid[1] >= self.hold:
+            self._paid = None
 
     def _chain_rate(self, rate: float) -> float:
         if self._chain is None:
@@ -159,11 +167,15 @@ class Controller:
                 return self._change(before, f"{n} workers gave no more than {before} "
                                     f"({rate:.1f} vs {before_rate:.1f}/s)", rate)
             self._floor = (before, self.window)  # the climb paid: fewer are too few
+            if rate / before_rate - 1 >= self.full * (n / before - 1):
+                self._paid = (n, self.window)
         back, self._giveback = self._giveback, None
         if back is not None:  # a give-back from back[0]: did it cost throughput?
             before, before_rate = back
             if rate < before_rate * (1 - self.loss):
                 self._floor, self._chain, self._halve = (n, self.window), None, False
+                if 1 - rate / before_rate >= self.full * (1 - n / before):
+                    self._paid = (before, self.window)
                 return self._change(before, f"{n} workers lost throughput "
                                     f"({rate:.1f} vs {before_rate:.1f}/s): back to {before}",
                                     rate)
@@ -178,11 +190,15 @@ class Controller:
             up = n + self._step_size()
             if self._ceiling is not None and up >= self._ceiling[0]:
                 up = n + 1  # a big step did not pay: a small one may
-            if n < self.maximum and (self._ceiling is None or up < self._ceiling[0]):
+            up = min(up, self.maximum)
+            # (a climb of fewer than `gain` * n workers could not pay even if each added its
+            # share: 63 -> 64 is not tried)
+            if (up > n and up - n >= self.gain * n
+                    and (self._ceiling is None or up < self._ceiling[0])):
                 self._probe, self._chain = (n, rate), None
                 return self._change(up, f"worker-bound (consumer waited {m.wait:.0%}): "
                                     "trying more", rate)
-            fewer = self._fewer(n)
+            fewer = n if self._paid is not None and self._paid[0] == n else self._fewer(n)
             if fewer < n:
                 # no more workers (or more did not pay): maybe fewer do as well
                 self._giveback = (n, self._chain_rate(rate))

@@ -241,7 +241,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         return max(1, min(maximum, round(cores * THREADS_START_PER_CORE)))
 
     def _planned_workers(self) -> int:
-        """Workers the buffer and chunks are sized for: the most an autotuned stage may run."""
+        """Workers the buffer is sized for: the most an autotuned stage may run."""
         return self._auto_maximum() if self.autotuned else self.num_workers
 
     def resize(self, num_workers: int) -> None:
@@ -258,6 +258,11 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             self._transport.resize(n)
         self.num_workers = n
         self._set_worker_attr(n)
+        if self._sched is not None:
+            # chunks sized for the workers running now: 16 inputs for two threads (few queue
+            # operations), one for a hundred (each has work); sizing them for the most the
+            # stage may run cost two threads of OpenCV work 9 % of their throughput
+            self._sched.chunk_size = self._chunk_size()
 
     def _can_resize(self) -> bool:
         """Whether the back end's transport resizes live (it has ``resize(n)``)."""
@@ -306,8 +311,9 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
     def _chunk_size(self) -> int:
         """Inputs per request: up to 16 (fewer queue operations and messages), but small enough
         to keep every worker busy: at most a quarter of a worker's share of the buffer and,
-        in strict mode, of one epoch (tiny epochs of heavy maps stay parallel)."""
-        workers = self._planned_workers()
+        in strict mode, of one epoch (tiny epochs of heavy maps stay parallel). Sized for the
+        workers running now (an autotuned stage's change with its count)."""
+        workers = self.num_workers
         share = self.buffer_size // (self._CHUNK_SHARE * workers)
         n = known_length(self.ds) if self.strict else None
         if n:
