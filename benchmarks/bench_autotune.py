@@ -299,6 +299,9 @@ def summary(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "auto_cpu_best": auto["cpu"] / best["cpu"],
                 "converge": conv, "auto_default": auto["rate"] / default["rate"],
                 "tf_best": None if tf_rate is None else tf_rate / best["rate"],
+                # the noise: how far apart the best hand configuration's own rounds were
+                "spread": (max(r["rate"] for r in got["best"])
+                           - min(r["rate"] for r in got["best"])) / best["rate"],
             })
     return out
 
@@ -307,8 +310,8 @@ def table(rows: list[dict[str, Any]], cpus: str, cap: float) -> str:
     out = [f"\ncores {cpus}:\n",
            "| workload | consumer | best hand: items/s, CPU ms/item | auto chose (each round) | "
            "auto / best | auto CPU / best | converge s (each round) | auto / defaults | "
-           "tf.data / best |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "tf.data / best | best's spread |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for s in summary(rows):
         conv = ", ".join(f">{cap:.0f}" if c is None else f"{c:.1f}" for c in s["converge"])
         peer = "-" if s["tf_best"] is None else f"{s['tf_best']:.2f}"
@@ -316,7 +319,8 @@ def table(rows: list[dict[str, Any]], cpus: str, cap: float) -> str:
             f"| {s['workload']} | {s['consumer_ms']} ms | {s['best_config']}: "
             f"{s['best_rate']:.0f}, {1000 * s['best_cpu']:.2f} | "
             f"{', '.join(s['auto_configs'])} | {s['auto_best']:.2f} | "
-            f"{s['auto_cpu_best']:.2f} | {conv} | {s['auto_default']:.2f} | {peer} |")
+            f"{s['auto_cpu_best']:.2f} | {conv} | {s['auto_default']:.2f} | {peer} | "
+            f"{100 * s['spread']:.1f} % |")
     return "\n".join(out)
 
 
@@ -333,7 +337,14 @@ def main() -> None:
     p.add_argument("--lmdb", help=argparse.SUPPRESS)
     p.add_argument("--part", choices=["dataflow", "tf"], help=argparse.SUPPRESS)
     p.add_argument("--no-tf", action="store_true", help="skip the tf.data peer figure")
+    p.add_argument("--table", metavar="JSON",
+                   help="print the tables of a saved run ($BENCH_AUTOTUNE_JSON) and exit")
     args = p.parse_args()
+    if args.table:
+        with open(args.table) as f:
+            for cpus, rows in json.load(f).items():
+                print(table(rows, cpus, args.converge))
+        return
     if args.rounds is None:
         args.rounds = 1 if args.quick else 3
     if args.part is not None:  # a child: one CPU set, one part
