@@ -1,7 +1,10 @@
 """Streaming shards from moto's S3 server on loopback: the S3 clients' raw GET throughput
 (boto3, obstore, s3fs: the measurement behind the choice of client), our ShardFetcher against
-the raw-GET limit of the client it uses, webdataset reading the same objects (over HTTP with
-curl, its documented way for URLs), and the time to the first sample of a 256 MB shard.
+the raw-GET limit of the client it uses and against the same raw GETs delivered to one reader
+in object order (what the fetcher does: the least any in-order reader of concurrent GETs does),
+webdataset reading the same objects (over HTTP with curl, its documented way for URLs), and the
+time to the first sample of a 256 MB shard. The benchmark process's minor page faults during
+the boto3 runs show what holding bytes for an in-order reader costs.
 
     flock /tmp/dataflow-bench.lock env PYTHONPATH=src benchmarks/.venv-s3/bin/python \\
         benchmarks/bench_streaming_s3.py [--shard-mb 64 --shards 4 --big-mb 256 --rounds 2]
@@ -21,8 +24,12 @@ Everything listens on 127.0.0.1 and is stopped at the end.
 from __future__ import annotations
 
 import argparse
+import collections
+import gc
 import io
 import os
+import resource
+import statistics
 import sys
 import tarfile
 import threading
@@ -102,6 +109,65 @@ def raw_boto3(endpoint: str, keys: list[str]) -> float:
     try:
         return _parallel(keys, read)
     finally:
+        client.close()
+
+
+def raw_boto3_in_order(endpoint: str, keys: list[str]) -> float:
+    """boto3's raw GETs, as in :func:`raw_boto3`, with their bytes taken by one reader in
+    object order, as the fetcher delivers them. Bytes of an object the reader has not reached
+    wait in memory (no byte budget, no retries: the least any in-order reader of concurrent
+    GETs does)."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.session.Session().client(
+        "s3", endpoint_url=endpoint, config=Config(max_pool_connections=CONCURRENCY * 2))
+    todo = list(keys)
+    queues: dict[str, collections.deque[bytes]] = {k: collections.deque() for k in keys}
+    ended: dict[str, BaseException | None] = {}  # key -> the GET's error, None if it ended
+    cond = threading.Condition()
+
+    def worker() -> None:
+        while True:
+            with cond:
+                if not todo:
+                    return
+                key = todo.pop(0)
+            error: BaseException | None = None
+            try:
+                read = client.get_object(Bucket=BUCKET, Key=key)["Body"].read
+                while data := read(CHUNK):
+                    with cond:
+                        queues[key].append(data)
+                        cond.notify_all()
+            except BaseException as e:  # handed to the reader, which raises it
+                error = e
+            with cond:
+                ended[key] = error
+                cond.notify_all()
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(CONCURRENCY)]
+    for t in threads:
+        t.start()
+    n = 0
+    try:
+        for key in keys:
+            queue = queues[key]
+            while True:
+                with cond:
+                    while not queue and key not in ended:
+                        cond.wait()
+                    if not queue:
+                        if ended[key] is not None:
+                            raise RuntimeError(f"GET {key} failed") from ended[key]
+                        break
+                    data = queue.popleft()
+                n += len(data)
+        return n / 1e6 / (time.perf_counter() - t0)
+    finally:
+        for t in threads:
+            t.join()
         client.close()
 
 
@@ -236,17 +302,35 @@ def run(shard_mb: int = 64, shards: int = 4, big_mb: int = 256, rounds: int = 2,
         c.put_object(Bucket=BUCKET, Key="big.tar", Body=make_shard(big_mb << 20, 0))
         c.close()
         results: dict[str, list[float]] = {}
+        faults: dict[str, list[int]] = {}
         for _ in range(rounds):  # interleaved: every candidate sees the same machine load
-            for name, fn in [("boto3 raw GET", raw_boto3), ("obstore raw GET", raw_obstore),
-                             ("s3fs raw GET", raw_s3fs), ("ShardFetcher (boto3)", ours),
+            for name, fn in [("boto3 raw GET", raw_boto3),
+                             ("boto3 raw GET, in order", raw_boto3_in_order),
+                             ("obstore raw GET", raw_obstore), ("s3fs raw GET", raw_s3fs),
+                             ("ShardFetcher (boto3)", ours),
                              ("webdataset (http, curl)", webdataset_http)]:
+                # A full collection of the cyclic GC owed by the runs before (this process
+                # holds every client library's objects: one took 0.1 s here) would otherwise
+                # land in whichever run allocates next, e.g. in the first sample's client
+                # creation; each run starts with none owed.
+                gc.collect()
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
                 results.setdefault(name, []).append(fn(server.url, keys))
+                faults.setdefault(name, []).append(
+                    resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+            gc.collect()
             results.setdefault("first sample, 256 MB shard (s)", []).append(
                 first_sample(server.url, "big.tar"))
     best = {k: (min(v) if k.startswith("first") else max(v)) for k, v in results.items()}
     best["ShardFetcher / boto3 raw"] = best["ShardFetcher (boto3)"] / best["boto3 raw GET"]
+    best["ShardFetcher / boto3 raw, in order"] = (
+        best["ShardFetcher (boto3)"] / best["boto3 raw GET, in order"])
+    best["boto3 raw, in order / boto3 raw"] = (
+        best["boto3 raw GET, in order"] / best["boto3 raw GET"])
     best["ShardFetcher / webdataset"] = best["ShardFetcher (boto3)"] / best[
         "webdataset (http, curl)"]
+    for name in ("boto3 raw GET", "boto3 raw GET, in order", "ShardFetcher (boto3)"):
+        best[f"minor page faults, {name} (median)"] = statistics.median(faults[name])
     return best
 
 
@@ -265,6 +349,9 @@ def main() -> None:
           f"{'a thread of this process' if a.server_thread else 'a process of its own'}")
     print("| measure | value |\n|---|---|")
     for k, v in best.items():
+        if k.startswith("minor page faults"):
+            print(f"| {k} | {v:,.0f} |")
+            continue
         unit = "" if ("/" in k or "(s)" in k) else " MB/s"
         print(f"| {k} | {v:.3f}{unit} |")
 

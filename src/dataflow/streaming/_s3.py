@@ -2,11 +2,13 @@
 
 boto3, s3fs and obstore were measured side by side on the same server
 (``benchmarks/bench_streaming_s3.py``, figures in ``benchmarks/RESULTS.md``): obstore's raw
-GETs were the fastest, s3fs's the slowest by far; the fetcher over boto3 reached 0.78x and
-1.15x of boto3's raw GETs in two runs on a shared machine. boto3 is the client because it
-follows the whole standard AWS chain for credentials (environment, ``~/.aws/credentials`` and
-``~/.aws/config``, profiles, instance roles) and ``AWS_ENDPOINT_URL``. boto3's own retries are
-turned off: the fetcher retries, resuming at the first byte it lacks.
+GETs were the fastest, s3fs's the slowest by far; the fetcher over boto3 reached 0.70-0.83 of
+boto3's raw GETs on a quiet two-core machine, and 0.92-1.02 of the same GETs delivered to one
+reader in object order (the bytes of the objects the reader has not reached wait in fresh
+memory, which the raw GETs never hold). boto3 is the client because it follows the whole
+standard AWS chain for credentials (environment, ``~/.aws/credentials`` and ``~/.aws/config``,
+profiles, instance roles) and ``AWS_ENDPOINT_URL``. boto3's own retries are turned off: the
+fetcher retries, resuming at the first byte it lacks.
 """
 
 from __future__ import annotations
