@@ -22,7 +22,7 @@ from dataflow.parallel import (
     autotune,
 )
 from dataflow.parallel._autotune import CpuShare, default_share
-from dataflow.parallel.tuning import choose_backend
+from dataflow.parallel.tuning import _thread_start, choose_backend
 from dataflow.sources import DataFromList
 from tests.parallel import flows
 
@@ -124,6 +124,16 @@ def test_cpu_share_minimum_is_one_worker() -> None:
 ])
 def test_choose_backend(cpu, speedup, cores, backend) -> None:
     assert choose_backend(cpu, speedup, cores)[0] == backend
+
+
+def test_computing_threads_start_at_one_per_core() -> None:
+    # waiting work starts at the stage's start (4 threads per core of the budget: it may
+    # climb to many); work that computes in threads starts at one per core
+    assert [_thread_start(0.3, 8, 2), _thread_start(0.5, 8, 2), _thread_start(0.9, 4, 1),
+            _thread_start(0.9, 1, 4)] == [8, 2, 1, 1]
+    cores = default_share().cores
+    with ParallelMapData(flows.Range(N), AUTOTUNE, flows.waits) as waits:
+        assert isinstance(waits, MultiThreadMapData) and waits.num_workers == 4 * cores
 
 
 def test_parallel_map_data_probes_and_logs_one_line(caplog) -> None:

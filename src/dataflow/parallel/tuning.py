@@ -69,6 +69,15 @@ def choose_backend(cpu_ratio: float, speedup: float, cores: int) -> tuple[str, s
     return "process", f"it holds the GIL (2 threads: {speedup:.2f}x one): processes"
 
 
+def _thread_start(cpu_ratio: float, start: int, cores: int) -> int:
+    """The first thread count of an autotuned thread stage whose work the probe measured:
+    work that computes (``cpu_ratio >= 0.5``, releasing the GIL) starts at a thread per core
+    of the budget, not at the ``start`` (several per core) that work which waits starts with:
+    the controller climbs from there if more pay, instead of finding its way down from a
+    crowd of threads through windows that the crowd makes noisy."""
+    return max(1, min(start, cores)) if cpu_ratio >= 0.5 else start
+
+
 def _timed_calls(func: Callable[[Any], Any], inputs: list[Any], n: int) -> float:
     start = time.perf_counter()
     for i in range(n):
@@ -116,6 +125,7 @@ def ParallelMapData(ds: DataFlow, num_workers: int | str = AUTOTUNE,
     chosen mapper's keywords (``buffer_size``, ``strict``, ``ordered``, ``seed``...)."""
     func = check_callable(map_func, "map_func", "lambda dp: [dp[0] * 2]")
     check_choice("backend", backend, (AUTOTUNE, "thread", "process"))
+    cpu_ratio = None  # measured by the probe
     if is_auto(backend):
         ds.reset_state()
         inputs: list[Any] = []
@@ -131,5 +141,8 @@ def ParallelMapData(ds: DataFlow, num_workers: int | str = AUTOTUNE,
         logger.info("ParallelMapData(%s): %s", getattr(func, "__name__", type(func).__name__),
                     why)
     if backend == "thread":
-        return MultiThreadMapData(ds, num_workers, func, **options)
+        mapper = MultiThreadMapData(ds, num_workers, func, **options)
+        if mapper.autotuned and cpu_ratio is not None:
+            mapper.resize(_thread_start(cpu_ratio, mapper.num_workers, default_share().cores))
+        return mapper
     return MultiProcessMapDataZMQ(ds, num_workers, func, **options)
