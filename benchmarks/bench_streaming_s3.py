@@ -96,12 +96,17 @@ def _parallel(keys: list[str], read_one: Any) -> float:
     return total[0] / 1e6 / (time.perf_counter() - t0)
 
 
-def raw_boto3(endpoint: str, keys: list[str]) -> float:
+def _boto3_client(endpoint: str) -> Any:
+    """A boto3 S3 client of ``endpoint`` with a connection for each concurrent GET."""
     import boto3
     from botocore.config import Config
 
-    client = boto3.session.Session().client(
+    return boto3.session.Session().client(
         "s3", endpoint_url=endpoint, config=Config(max_pool_connections=CONCURRENCY * 2))
+
+
+def raw_boto3(endpoint: str, keys: list[str]) -> float:
+    client = _boto3_client(endpoint)
 
     def read(key: str) -> int:
         return _drain(client.get_object(Bucket=BUCKET, Key=key)["Body"].read)
@@ -117,11 +122,7 @@ def raw_boto3_in_order(endpoint: str, keys: list[str]) -> float:
     object order, as the fetcher delivers them. Bytes of an object the reader has not reached
     wait in memory (no byte budget, no retries: the least any in-order reader of concurrent
     GETs does)."""
-    import boto3
-    from botocore.config import Config
-
-    client = boto3.session.Session().client(
-        "s3", endpoint_url=endpoint, config=Config(max_pool_connections=CONCURRENCY * 2))
+    client = _boto3_client(endpoint)
     todo = list(keys)
     queues: dict[str, collections.deque[bytes]] = {k: collections.deque() for k in keys}
     ended: dict[str, BaseException | None] = {}  # key -> the GET's error, None if it ended
