@@ -174,7 +174,7 @@ def _measure(make: Callable[[], Any], consumer_ms: int, seconds: float,
     flow.close()
     return {"rate": n / elapsed, "cpu_per_item": cpu / max(1, n), "converge_s": converged_s,
             "steady": steady, "workers": getattr(flow, "num_workers", None),
-            "autotune": tuned, "backend": type(flow).__name__}
+            "autotune": tuned, "backend": getattr(flow, "backend", type(flow).__name__)}
 
 
 def _grid(quick: bool) -> list[tuple[str, int, int]]:
@@ -223,8 +223,7 @@ def run_dataflow(args: argparse.Namespace) -> list[dict[str, Any]]:
                     r = _measure(make, consumer_ms, args.seconds,
                                  converge=args.converge if kind == "auto" else 0.0)
                     if kind == "auto":
-                        config = f"{'thread' if 'Thread' in r['backend'] else 'process'} " \
-                                 f"x{r['workers']}"
+                        config = f"{r['backend']} x{r['workers']}"  # (after any move)
                     rows.append({"kind": kind, **cell, "round": rnd, "config": config, **r})
             print(json.dumps(rows[-1], default=str), file=sys.stderr, flush=True)
     return rows

@@ -189,3 +189,36 @@ def test_state_is_plain_data() -> None:
     assert state["workers"] == 4 and state["maximum"] == 4 and state["window"] == 12
     assert state["decisions"][0] == {"window": 1, "old": 1, "new": 2, "rate": 100.0,
                                      "reason": "worker-bound (consumer waited 100%): trying more"}
+
+
+def test_a_consumer_bound_stage_that_may_move_moves_to_processes_once() -> None:
+    # a consumer at 50/s, 2 threads: one is given back (window 1), the window after the change
+    # is not measured (2); consumer-bound at one worker in windows 3-6: the work moves at 6,
+    # keeping the count; nothing after it
+    ctl = Controller(1, 16, 2, move_after=4)
+    counts = run(ctl, model(100, 16, 50), 30)
+    assert counts == [1] * 30 and ctl.backend == "process" and ctl.move_after == 0
+    assert [(d.window, d.old, d.new) for d in ctl.decisions] == [(1, 2, 1), (6, 1, 1)]
+    assert ctl.decisions[1].reason == (
+        "consumer-bound at 1 worker(s) for 4 windows: the work moves to processes (the "
+        "consumer's own Python keeps the GIL)")
+    assert ctl.converged_at == 8 and ctl.state()["backend"] == "process"
+
+
+def test_only_consecutive_consumer_bound_windows_at_the_minimum_move_the_work() -> None:
+    bound, waited = Measurement(1, 50.0, 0.0), Measurement(1, 50.0, 0.3)
+    ctl = Controller(1, 1, 1, move_after=3)  # (one worker at most: a wait cannot climb)
+    steps = [bound, bound, waited, bound, bound]
+    assert [ctl.step(m) for m in steps] == [1] * 5 and ctl.backend == "thread"
+    ctl.step(bound)
+    assert ctl.backend == "process" and [d.window for d in ctl.decisions] == [6]
+    # a stage that may not move (move_after 0: a process stage, a pinned back end) never does
+    still = Controller(1, 16, 1)
+    assert run(still, model(100, 16, 50), 30) == [1] * 30
+    assert still.backend == "thread" and still.decisions == []
+    # a move that failed: the stage stays on threads and does not try again
+    ctl = Controller(1, 1, 1, move_after=1)
+    ctl.step(bound)
+    ctl.moved_back()
+    assert [ctl.step(bound) for _ in range(5)] == [1] * 5
+    assert ctl.backend == "thread" and len(ctl.decisions) == 1

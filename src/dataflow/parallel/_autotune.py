@@ -112,8 +112,10 @@ class StageTuner:
     line per decision."""
 
     def __init__(self, name: str, controller: Controller, resize: Callable[[int], None],
-                 answered: Callable[[], int], share: CpuShare, per_worker: float) -> None:
+                 answered: Callable[[], int], share: CpuShare, per_worker: float,
+                 move: Callable[[], None] | None = None) -> None:
         self.name, self.controller, self._resize = name, controller, resize
+        self._move = move  # moves the stage's work to processes (when the controller says)
         self._answered, self.share, self.per_worker = answered, share, per_worker
         self._start = time.perf_counter()
         self._count = answered()
@@ -136,13 +138,27 @@ class StageTuner:
                         min(1.0, self._waited / elapsed))
         self._start, self._count, self._waited = now, count, 0.0
         ctl.maximum = self.share.maximum(self, self.per_worker)
-        old = ctl.workers
+        old, backend = ctl.workers, ctl.backend
         new = ctl.step(m)
         self._changed = new != old
         if new != old:
             logger.info("%s: %d -> %d workers: %s", self.name, old, new, ctl.decisions[-1].reason)
             self._resize(new)
             self.share.claim(self, new, self.per_worker)
+        if ctl.backend != backend and self._move is not None:
+            logger.info("%s: %s", self.name, ctl.decisions[-1].reason)
+            self._move()
+
+    def moved(self, per_worker: float | None) -> None:
+        """The stage's work moved to processes, each worker taking ``per_worker`` of a core;
+        ``None``: the move failed, the stage stays as it was."""
+        if per_worker is None:
+            self.controller.moved_back()
+            return
+        self.controller.backend, self.controller.move_after = "process", 0
+        self.per_worker = per_worker
+        self.share.claim(self, self.controller.workers, per_worker)
+        self.controller.maximum = self.share.maximum(self, per_worker)
 
     def pause(self) -> None:
         """The consumer stopped iterating: the next window starts when it comes back."""

@@ -28,6 +28,11 @@ The rules:
   is too few (the floor); the buffer of results holds the consumer's supply while the one
   measured window after a give-back shows whether it cost throughput;
 * a window right after a change is not measured (new workers start, queues refill);
+* **a stage that could move its work to processes** (``move_after`` > 0: a thread stage with
+  two cores or more whose work computes) and has been consumer-bound at its minimum for
+  ``move_after`` windows in a row moves it (``backend`` becomes ``"process"``), once: the
+  parts of the work that hold the GIL then no longer take it from the consumer, whose own
+  step (a trainer's Python) may need it;
 * **hysteresis**: a count found too small (a give-back that made the consumer wait) or too
   large (a climb that did not pay) is a bound that holds for ``hold`` windows; then the
   controller probes again, so it follows a workload that changes.
@@ -85,6 +90,8 @@ class Controller:
     idle_wait: float = 0.05
     full: float = 0.75
     hold: int = 40
+    move_after: int = 0  # consumer-bound windows at the minimum before moving to processes
+    backend: str = "thread"
     workers: int = 0
     window: int = 0
     converged_at: int | None = None  # the first window after which nothing changed
@@ -97,6 +104,7 @@ class Controller:
     _giveback: tuple[int, float] | None = None  # (count before a give-back, reference rate)
     _chain: float | None = None  # the rate before a run of give-backs began
     _halve: bool = True  # give back half of the workers (until a give-back fails)
+    _bound: int = 0  # consecutive consumer-bound windows at the minimum
 
     def __post_init__(self) -> None:
         self.maximum = max(1, self.maximum)
@@ -180,12 +188,16 @@ class Controller:
                                     f"({rate:.1f} vs {before_rate:.1f}/s): back to {before}",
                                     rate)
             self._ceiling = (n + 1, self.window)  # fewer did as well: more would not pay
-        if m.wait < self.idle_wait:  # the consumer is the bottleneck
+        bound = m.wait < self.idle_wait  # the consumer is the bottleneck
+        self._bound = self._bound + 1 if bound and n == self.minimum else 0
+        if bound:
             fewer = self._fewer(n)
             if fewer < n:
                 self._giveback = (n, self._chain_rate(rate))
                 return self._change(fewer, f"consumer-bound (waited {m.wait:.0%}): "
                                     f"giving {n - fewer} worker(s) back", rate)
+            if self.move_after and self.backend == "thread" and self._bound >= self.move_after:
+                return self._move(rate)
         else:  # the workers are the bottleneck
             up = n + self._step_size()
             if self._ceiling is not None and up >= self._ceiling[0]:
@@ -205,10 +217,28 @@ class Controller:
                 return self._change(fewer, "no more workers to try: trying fewer", rate)
         return self._change(n, "", rate)
 
+    def _move(self, rate: float) -> int:
+        """Move the work to processes (once), keeping the count."""
+        reason = (f"consumer-bound at {self.workers} worker(s) for {self._bound} windows: the "
+                  "work moves to processes (the consumer's own Python keeps the GIL)")
+        self.backend, self.move_after, self._bound = "process", 0, 0
+        self.decisions.append(Decision(self.window, self.workers, self.workers, reason,
+                                       round(rate, 2)))
+        del self.decisions[:-KEEP_DECISIONS]
+        self._settle = True
+        self.converged_at = None
+        return self.workers
+
+    def moved_back(self) -> None:
+        """The move to processes failed (they could not start): the stage stays on threads
+        and does not try again."""
+        self.backend, self.move_after = "thread", 0
+
     def state(self) -> dict[str, Any]:
         """What the controller chose and why, JSON-serializable."""
         return {
-            "workers": self.workers, "minimum": self.minimum, "maximum": self.maximum,
+            "workers": self.workers, "backend": self.backend,
+            "minimum": self.minimum, "maximum": self.maximum,
             "window": self.window, "converged_at": self.converged_at,
             "decisions": [d.to_dict() for d in self.decisions],
         }

@@ -278,14 +278,32 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             return  # (a back end that cannot resize keeps the count it started with)
         share = self._share()
         maximum = share.maximum(self, self._core_per_worker)
-        ctl = Controller(1, maximum, self.num_workers)
+        ctl = Controller(1, maximum, self.num_workers, move_after=self._move_after(),
+                         backend=self.backend)
         if self._tuned is not None:  # restored: go on from the tuned count
             ctl.window = int(self._tuned.get("window", 0))
         if ctl.workers != self.num_workers:
             self.resize(ctl.workers)
         self._tuner = StageTuner(type(self).__name__, ctl, self.resize, lambda: sched.answered,
-                                 share, self._core_per_worker)
+                                 share, self._core_per_worker, self._request_move)
         sched.tuner = self._tuner
+
+    #: the kind of worker that maps now: ``"thread"`` or ``"process"``
+    backend = "process"
+
+    def _move_after(self) -> int:
+        """Consumer-bound windows at one worker after which the autotuner moves this stage's
+        work to processes; 0: it never does (only a thread stage built by
+        ``ParallelMapData(backend="auto")`` may)."""
+        return 0
+
+    def _request_move(self) -> None:
+        """Move the work to processes once what is in flight is answered (see
+        ``_move_after``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot move its work to processes")
+
+    def _restore_backend(self, backend: Any) -> None:
+        """A restored autotuned stage starts on the back end it had moved to."""
 
     def autotune_state(self) -> dict[str, Any] | None:
         """What the autotuner chose and why (``workers``, ``decisions``...), ``None`` when
@@ -521,6 +539,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         tuned = state.get("autotune")
         if self.autotuned and isinstance(tuned, dict) and isinstance(tuned.get("workers"), int):
             self._tuned = tuned
+            self._restore_backend(tuned.get("backend"))
             self.resize(max(1, min(tuned["workers"], self._auto_maximum())))
         self.restore_epoch(state)
         self.ds.load_state_dict(state["child"])

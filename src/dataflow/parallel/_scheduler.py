@@ -68,6 +68,8 @@ class MapScheduler:
         self.tuner: Any = None
         #: the bad-sample policy (``None``: a worker error is raised)
         self.policy: ErrorPolicy | None = None
+        #: a change of back end in progress (see :meth:`swap_transport`)
+        self._swap: Callable[[], MapTransport] | None = None
         self._failed: set[int] = set()  # indices whose ERROR was skipped; their DATA is due
         self._failed_waiting: set[int] = set()  # ordered: skipped, waiting for their turn
         self.buffer_size = buffer_size
@@ -131,7 +133,21 @@ class MapScheduler:
         positions."""
         self._source, self._source_done = source, False
 
+    def swap_transport(self, make: Callable[[], MapTransport]) -> None:
+        """Move the work to another transport: no more inputs are submitted to this one; once
+        every input submitted to it is answered, ``make()`` (called in the consumer's thread,
+        which receives) closes it and returns the transport that takes the inputs from then on.
+        Nothing in flight is lost or mapped twice, and the keys travel with the inputs, so
+        the results are the same. The consumer meanwhile takes the results already finished
+        (a stage that moves because its consumer is slow has a full buffer of them)."""
+        self._swap = make
+
     def _fill(self) -> None:
+        if self._swap is not None:
+            if self._outstanding:
+                return  # (drain the transport before the change)
+            make, self._swap = self._swap, None
+            self.transport = make()
         source = self._source
         chunk_size = self.chunk_size
         while not self._source_done:
@@ -294,6 +310,8 @@ class MapScheduler:
     def run(self) -> Iterator[Any]:
         """Yield results until the current source is exhausted and everything is drained."""
         while True:
+            if self._swap is not None:
+                self._drain()
             self._fill()
             ok, out = self._pop_ready()
             if ok:
@@ -304,23 +322,38 @@ class MapScheduler:
                 return
             if not self._outstanding:  # nothing to wait for: _fill can submit now
                 continue
-            try:
-                tuner = self.tuner
-                if tuner is None:
-                    msg = self.transport.receive(POLL_INTERVAL)
-                else:  # the autotuner measures how long the consumer waits for results
-                    t0 = time.perf_counter()
-                    msg = self.transport.receive(POLL_INTERVAL)
-                    tuner.waited(time.perf_counter() - t0)
-            except WorkerError as e:
-                if e.index is not None and e.index in self._outstanding:
-                    raise WorkerError(
-                        e.exc_type, e.exc_message, e.remote_traceback, e.worker_id,
-                        self._outstanding[e.index], e.stage,
-                    ) from e.__cause__
-                raise
+            msg = self._receive(POLL_INTERVAL)
             if msg is not None:
                 self._handle(msg)
+
+    def _drain(self) -> None:
+        """Before a change of transport: take the answers that arrived, without waiting (the
+        answers otherwise wait in the transport until the finished results run out)."""
+        while self._outstanding:
+            msg = self._receive(0.0)
+            if msg is None:
+                return
+            self._handle(msg)
+
+    def _receive(self, timeout: float) -> tuple | None:
+        """The transport's next message (``None`` after ``timeout`` seconds); a worker error
+        names the input's stream position."""
+        try:
+            tuner = self.tuner
+            if tuner is None or not timeout:
+                return self.transport.receive(timeout)
+            # the autotuner measures how long the consumer waits for results
+            t0 = time.perf_counter()
+            msg = self.transport.receive(timeout)
+            tuner.waited(time.perf_counter() - t0)
+            return msg
+        except WorkerError as e:
+            if e.index is not None and e.index in self._outstanding:
+                raise WorkerError(
+                    e.exc_type, e.exc_message, e.remote_traceback, e.worker_id,
+                    self._outstanding[e.index], e.stage,
+                ) from e.__cause__
+            raise
 
 
 def skip_delivered(

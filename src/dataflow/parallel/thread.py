@@ -7,6 +7,7 @@ They are daemon threads: a thread stuck inside ``map_func`` cannot block interpr
 from __future__ import annotations
 
 import functools
+import logging
 import queue
 import threading
 from collections.abc import Callable, Collection
@@ -21,12 +22,18 @@ from dataflow.parallel._mapper import MapperBase
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._worker import map_loop, queue_emitter, runner_loop
 from dataflow.state import child_state
-from dataflow.validation import check_positive_int, renamed_kwargs
+from dataflow.validation import check_positive_int, known_length, renamed_kwargs
 
 __all__ = ["MultiThreadMapData", "MultiThreadPrefetchData", "MultiThreadRunner"]
 
 #: seconds ``close()`` waits for each thread to finish
 JOIN_TIMEOUT = 5.0
+
+#: consumer-bound windows (of half a second) at one thread after which an autotuned stage
+#: that may move its work to processes does
+MOVE_WINDOWS = 4
+
+logger = logging.getLogger("dataflow.parallel")
 
 
 class _ThreadGroup:
@@ -284,6 +291,7 @@ class MultiThreadMapData(MapperBase):
     """
 
     profile_hint = "thread-map"
+    backend = "thread"
 
     _worker_arg = "num_thread"
     _core_per_worker = 1 / THREADS_PER_CORE
@@ -302,16 +310,86 @@ class MultiThreadMapData(MapperBase):
         self._transport: _ThreadMapTransport | None = None
         self._dispatching = False  # _global_rng installed for this mapper's threads
 
+    #: set by ``ParallelMapData(backend="auto")`` for work that computes on a budget of two
+    #: cores or more: the autotuner may move it to processes (see ``_move_after``)
+    _may_move = False
+    _pool: Any = None  # the worker processes, once the work moved to processes
+
     def _start(self) -> None:
         _global_rng.install()
         self._dispatching = True
-        self._transport = _ThreadMapTransport(self.map_func, self.num_thread,
-                                              type(self).__name__, self._inputs)
+        self._transport = self._start_workers()
+
+    def _start_workers(self) -> Any:
+        """The transport of this stage's workers: threads, or processes once it moved."""
+        name = type(self).__name__
+        if self.backend == "thread":
+            return _ThreadMapTransport(self.map_func, self.num_thread, name, self._inputs)
+        from dataflow.parallel.shared_memory import shm_available
+        from dataflow.parallel.zmq_map import RESTART_WINDOW, start_map_processes
+
+        transport, self._pool, self._resources = start_map_processes(
+            name, self.map_func, self.num_thread, self._inputs, None, start_method=None,
+            use_shm=shm_available(), max_restarts=3,
+            restart_window=known_length(self.ds) or RESTART_WINDOW)
+        return transport
 
     def _stop(self) -> None:
-        if self._transport is not None:
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool = None
+        elif self._transport is not None:
             self._transport.close()
-            self._transport = None
+        self._transport = None
+        self._release_resources()
         if self._dispatching:
             self._dispatching = False
             _global_rng.uninstall()
+
+    # ---- moving the work to processes ---------------------------------------------------------
+    # A thread stage whose consumer is the bottleneck runs one thread, and the parts of its
+    # work that hold the GIL (the Python around each OpenCV call, an augmentor's logic) take
+    # it from the consumer, whose step may hold it too (a trainer's Python): on two cores,
+    # one worker process instead gave such a consumer 1-4 % more steps per second. The move
+    # drains the threads, then starts the processes; inputs carry their keys, so the results
+    # are the same as if the stage had run threads throughout.
+
+    def _move_after(self) -> int:
+        return MOVE_WINDOWS if self._may_move and self.backend == "thread" else 0
+
+    def _request_move(self) -> None:
+        if self._sched is not None and self.backend == "thread":
+            self._sched.swap_transport(self._move)
+
+    def _move(self) -> Any:
+        """Called by the scheduler once the threads are drained: close them, start the
+        processes (or, if they cannot start, threads again) and return their transport."""
+        if self._transport is not None:
+            self._transport.close()
+        self._set_backend("process")
+        try:
+            self._transport = self._start_workers()
+        except Exception as e:  # (e.g. a map function that a spawned process cannot unpickle)
+            logger.warning("%s: its work could not move to processes (%s: %s); it stays on "
+                           "threads", type(self).__name__, type(e).__name__, e)
+            self._set_backend("thread")
+            self._transport = self._start_workers()
+            if self._tuner is not None:
+                self._tuner.moved(None)
+            return self._transport
+        if self._tuner is not None:
+            self._tuner.moved(self._core_per_worker)
+        return self._transport
+
+    def _set_backend(self, backend: str) -> None:
+        self.backend = backend
+        self._core_per_worker = 1.0 if backend == "process" else 1 / THREADS_PER_CORE
+        self.profile_hint = "process-map" if backend == "process" else "thread-map"
+
+    def _restore_backend(self, backend: Any) -> None:
+        if backend != "process" or not self._may_move or self.backend == "process":
+            return
+        if self._started:
+            self._request_move()
+        else:
+            self._set_backend("process")

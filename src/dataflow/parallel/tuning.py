@@ -78,6 +78,14 @@ def _thread_start(cpu_ratio: float, start: int, cores: int) -> int:
     return max(1, min(start, cores)) if cpu_ratio >= 0.5 else start
 
 
+def may_move(cpu_ratio: float, cores: int) -> bool:
+    """Whether an autotuned thread stage whose work the probe measured may move it to
+    processes when its consumer is the bottleneck: work that computes (``cpu_ratio >= 0.5``;
+    the parts of it that hold the GIL take it from the consumer) with a core to spare for the
+    process (a budget of two cores or more). Work that waits holds the GIL for little."""
+    return cpu_ratio >= 0.5 and cores >= 2
+
+
 def _timed_calls(func: Callable[[Any], Any], inputs: list[Any], n: int) -> float:
     start = time.perf_counter()
     for i in range(n):
@@ -122,7 +130,15 @@ def ParallelMapData(ds: DataFlow, num_workers: int | str = AUTOTUNE,
     datapoints of ``ds`` (resetting ``ds`` in this process and reading a few datapoints before
     the mapper starts; the mapper resets it again, so a seeded ``ds`` yields the same) and logs
     one line saying what it chose and why (see :func:`choose_backend`). ``options``: the
-    chosen mapper's keywords (``buffer_size``, ``strict``, ``ordered``, ``seed``...)."""
+    chosen mapper's keywords (``buffer_size``, ``strict``, ``ordered``, ``seed``...).
+
+    With both on auto, a thread stage whose work computes (rather than waits) and whose
+    budget has two cores or more moves its work to one process, once, when the consumer has
+    been the bottleneck at one thread for a few windows (two seconds): the parts of the work
+    that hold the GIL then stop taking it from the consumer's own Python. The move drains the
+    threads first; nothing is lost, mapped twice or reordered, the results stay a function of
+    (seed, position), and ``autotune_state()["backend"]`` says ``"process"`` from then on (a
+    restored state starts there)."""
     func = check_callable(map_func, "map_func", "lambda dp: [dp[0] * 2]")
     check_choice("backend", backend, (AUTOTUNE, "thread", "process"))
     cpu_ratio = None  # measured by the probe
@@ -143,6 +159,8 @@ def ParallelMapData(ds: DataFlow, num_workers: int | str = AUTOTUNE,
     if backend == "thread":
         mapper = MultiThreadMapData(ds, num_workers, func, **options)
         if mapper.autotuned and cpu_ratio is not None:
-            mapper.resize(_thread_start(cpu_ratio, mapper.num_workers, default_share().cores))
+            cores = default_share().cores
+            mapper.resize(_thread_start(cpu_ratio, mapper.num_workers, cores))
+            mapper._may_move = may_move(cpu_ratio, cores)
         return mapper
     return MultiProcessMapDataZMQ(ds, num_workers, func, **options)

@@ -100,6 +100,46 @@ def _zmq_map_main(
         channel.close()
 
 
+def start_map_processes(
+    stage: str, func: Callable[[Any], Any], num_proc: int, inputs: tuple[int, tuple[int, ...]],
+    batch_size: int | None, *, start_method: str | None, use_shm: bool, max_restarts: int,
+    restart_window: int,
+) -> tuple[ZmqMapTransport, ProcessPool, Resources]:
+    """Start ``num_proc`` worker processes mapping ``func`` (batching by ``batch_size``, if
+    given) and the consumer's transport to them: ``(transport, pool, resources)``; the caller
+    stops them with ``pool.terminate()`` and then ``resources.close()`` (in the thread that
+    receives). A thread stage whose work moves to processes starts them the same way."""
+    res = Resources()
+    space = SegmentSpace.open() if use_shm else None  # None: /dev/shm is too small
+    shm_prefix = space.prefix if space is not None else None
+    if space is not None:
+        res.add(space.close)
+    ctx = get_context(start_method)
+    rings = make_rings(use_shm, ctx.get_start_method(), num_proc)
+    try:
+        transport = ZmqMapTransport(num_proc, shm_prefix, rings, res, stage)
+        parent = parent_info()
+        address = transport.endpoint.address
+
+        def args(slot: int, channel: int, ring: Ring | None, progress: Any) -> tuple:
+            return (func, address, slot, parent, inputs, shm_prefix, stage, batch_size, ring,
+                    channel, progress)
+
+        progress = [ctx.Value("q", -1, lock=False) for _ in range(num_proc)]
+        pool = ProcessPool(
+            _zmq_map_main,
+            [args(i, i, rings[i] if rings else None, progress[i]) for i in range(num_proc)],
+            start_method=start_method, name=stage, picklable=("map_func", func), mapper=True,
+        )
+        transport.attach(pool, args, max_restarts, progress, restart_window,
+                         lambda: ctx.Value("q", -1, lock=False))
+        pool.start()
+    except BaseException:
+        res.close()
+        raise
+    return transport, pool, res
+
+
 class _ZmqMapperBase(MapperBase):
     _worker_arg = "num_proc"
     _batch_size: int | None = None
@@ -116,37 +156,11 @@ class _ZmqMapperBase(MapperBase):
         self._pool: ProcessPool | None = None
 
     def _start(self) -> None:
-        self._resources = res = Resources()
-        space = SegmentSpace.open() if self.use_shm else None  # None: /dev/shm is too small
-        shm_prefix = space.prefix if space is not None else None
-        if space is not None:
-            res.add(space.close)
-        method = get_context(self.start_method).get_start_method()
-        rings = make_rings(self.use_shm, method, self.num_proc)
-        stage = type(self).__name__
-        self._transport = transport = ZmqMapTransport(
-            self.num_proc, shm_prefix, rings, res, stage
-        )
-        parent = parent_info()
-        func, address, inputs, batch = (self.map_func, transport.endpoint.address, self._inputs,
-                                        self._batch_size)
-
-        def args(slot: int, channel: int, ring: Ring | None, progress: Any) -> tuple:
-            return (func, address, slot, parent, inputs, shm_prefix, stage, batch, ring, channel,
-                    progress)
-
-        ctx = get_context(self.start_method)
-        progress = [ctx.Value("q", -1, lock=False) for _ in range(self.num_proc)]
-        self._pool = pool = ProcessPool(
-            _zmq_map_main,
-            [args(i, i, rings[i] if rings else None, progress[i]) for i in range(self.num_proc)],
-            start_method=self.start_method, name=stage, picklable=("map_func", self.map_func),
-            mapper=True,
-        )
-        transport.attach(pool, args, self.max_restarts, progress,
-                         known_length(self.ds) or RESTART_WINDOW,
-                         lambda: ctx.Value("q", -1, lock=False))
-        pool.start()
+        self._transport, self._pool, self._resources = start_map_processes(
+            type(self).__name__, self.map_func, self.num_proc, self._inputs, self._batch_size,
+            start_method=self.start_method, use_shm=self.use_shm,
+            max_restarts=self.max_restarts,
+            restart_window=known_length(self.ds) or RESTART_WINDOW)
 
     def _stop(self) -> None:
         if self._pool is not None:
