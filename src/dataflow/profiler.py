@@ -356,7 +356,9 @@ def _autotune_lines(stages: list[StageStats]) -> list[str]:
             continue
         tuned = s.autotune
         done = tuned.get("converged_at")
+        backend = tuned.get("backend")  # (a thread stage may have moved to processes)
         out.append(f"autotune: stage {s.index} ({s.name}): {tuned['workers']} workers"
+                   + (f" ({backend})" if backend else "")
                    + (f", steady since window {done}" if done is not None else ", tuning"))
         out += [f"  window {d['window']}: {d['old']} -> {d['new']}: {d['reason']}"
                 for d in tuned.get("decisions", [])[-_SHOWN_DECISIONS:]]

@@ -63,7 +63,7 @@ def test_a_move_keeps_every_input_once_the_order_and_the_outputs(ordered: bool) 
                 got.append(tuple(dp))
                 if len(got) == at + 1:
                     m._request_move()
-            assert m.backend == "process" and len(_worker_pids(m)) == 1
+            assert m.backend == "process" and len(_worker_pids(m)) == 1 and m._retiring is None
             assert (m.profile_hint, m._core_per_worker) == ("process-map", 1.0)
             _check(got, want[second_epoch], ordered)
             # the next epoch runs on the process, and resizes there

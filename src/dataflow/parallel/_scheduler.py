@@ -38,6 +38,11 @@ __all__ = [
 ]
 
 
+#: seconds the consumer waits on the new transport before it looks at the old one again,
+#: while a replaced transport still has inputs to answer
+OLD_POLL = 0.005
+
+
 def repeat_enumerate(ds: Iterable[Any]) -> Iterator[tuple[int, Any]]:
     """``(position in epoch, datapoint)`` over endless passes of ``ds``; stops on an empty pass."""
     while True:
@@ -68,8 +73,11 @@ class MapScheduler:
         self.tuner: Any = None
         #: the bad-sample policy (``None``: a worker error is raised)
         self.policy: ErrorPolicy | None = None
-        #: a change of back end in progress (see :meth:`swap_transport`)
-        self._swap: Callable[[], MapTransport] | None = None
+        # a change of transport in progress (see swap_transport): the one replaced, the inputs
+        # it has not answered yet, and what closes it once it has
+        self._old: MapTransport | None = None
+        self._old_pending: set[int] = set()
+        self._retire: Callable[[], None] | None = None
         self._failed: set[int] = set()  # indices whose ERROR was skipped; their DATA is due
         self._failed_waiting: set[int] = set()  # ordered: skipped, waiting for their turn
         self.buffer_size = buffer_size
@@ -133,21 +141,21 @@ class MapScheduler:
         positions."""
         self._source, self._source_done = source, False
 
-    def swap_transport(self, make: Callable[[], MapTransport]) -> None:
-        """Move the work to another transport: no more inputs are submitted to this one; once
-        every input submitted to it is answered, ``make()`` (called in the consumer's thread,
-        which receives) closes it and returns the transport that takes the inputs from then on.
-        Nothing in flight is lost or mapped twice, and the keys travel with the inputs, so
-        the results are the same. The consumer meanwhile takes the results already finished
-        (a stage that moves because its consumer is slow has a full buffer of them)."""
-        self._swap = make
+    def swap_transport(self, new: MapTransport, retire: Callable[[], None]) -> None:
+        """Submit the inputs to ``new`` from now on. The inputs in flight in the transport it
+        replaces are answered there (received first, as they come); then ``retire()`` (called
+        in the consumer's thread, which receives) closes it. Nothing in flight is lost or
+        mapped twice, and the keys travel with the inputs, so the results are the same."""
+        if self._old is not None:
+            raise RuntimeError(f"{self.stage}: a change of transport is already in progress")
+        old, self.transport = self.transport, new
+        pending = set(self._outstanding)
+        if pending:
+            self._old, self._old_pending, self._retire = old, pending, retire
+        else:
+            retire()
 
     def _fill(self) -> None:
-        if self._swap is not None:
-            if self._outstanding:
-                return  # (drain the transport before the change)
-            make, self._swap = self._swap, None
-            self.transport = make()
         source = self._source
         chunk_size = self.chunk_size
         while not self._source_done:
@@ -310,8 +318,6 @@ class MapScheduler:
     def run(self) -> Iterator[Any]:
         """Yield results until the current source is exhausted and everything is drained."""
         while True:
-            if self._swap is not None:
-                self._drain()
             self._fill()
             ok, out = self._pop_ready()
             if ok:
@@ -326,26 +332,27 @@ class MapScheduler:
             if msg is not None:
                 self._handle(msg)
 
-    def _drain(self) -> None:
-        """Before a change of transport: take the answers that arrived, without waiting (the
-        answers otherwise wait in the transport until the finished results run out)."""
-        while self._outstanding:
-            msg = self._receive(0.0)
-            if msg is None:
-                return
-            self._handle(msg)
-
     def _receive(self, timeout: float) -> tuple | None:
-        """The transport's next message (``None`` after ``timeout`` seconds); a worker error
-        names the input's stream position."""
+        """The next message of the workers (``None`` after ``timeout`` seconds): the answers
+        of a transport being replaced first; a worker error names the input's position."""
         try:
-            tuner = self.tuner
-            if tuner is None or not timeout:
+            old, tuner = self._old, self.tuner
+            if old is not None:
+                msg = old.receive(0.0)
+                if msg is not None:
+                    if tuner is not None:  # (the windows go on: a full buffer of answers
+                        tuner.waited(0.0)  # may be waiting there)
+                    self._answered_by_old(msg)
+                    return msg
+                timeout = min(timeout, OLD_POLL)  # (its answers may be the ones due next)
+            if tuner is None:
                 return self.transport.receive(timeout)
             # the autotuner measures how long the consumer waits for results
-            t0 = time.perf_counter()
-            msg = self.transport.receive(timeout)
+            transport, t0 = self.transport, time.perf_counter()
+            msg = transport.receive(timeout)
             tuner.waited(time.perf_counter() - t0)
+            if msg is not None and self._old is transport:  # (the tuner just replaced it)
+                self._answered_by_old(msg)
             return msg
         except WorkerError as e:
             if e.index is not None and e.index in self._outstanding:
@@ -354,6 +361,15 @@ class MapScheduler:
                     self._outstanding[e.index], e.stage,
                 ) from e.__cause__
             raise
+
+    def _answered_by_old(self, msg: tuple) -> None:
+        """Count the inputs a replaced transport answered; retire it after its last one."""
+        if msg[0] == DATA:
+            self._old_pending.difference_update(idx for idx, _ in msg[2])
+        if not self._old_pending:
+            retire, self._old, self._retire = self._retire, None, None
+            if retire is not None:
+                retire()
 
 
 def skip_delivered(

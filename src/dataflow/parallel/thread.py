@@ -314,6 +314,7 @@ class MultiThreadMapData(MapperBase):
     #: cores or more: the autotuner may move it to processes (see ``_move_after``)
     _may_move = False
     _pool: Any = None  # the worker processes, once the work moved to processes
+    _retiring: Any = None  # the threads' transport, while they answer what they have
 
     def _start(self) -> None:
         _global_rng.install()
@@ -335,6 +336,7 @@ class MultiThreadMapData(MapperBase):
         return transport
 
     def _stop(self) -> None:
+        self._retire_threads()  # (a move still in progress)
         if self._pool is not None:
             self._pool.terminate()
             self._pool = None
@@ -351,35 +353,41 @@ class MultiThreadMapData(MapperBase):
     # work that hold the GIL (the Python around each OpenCV call, an augmentor's logic) take
     # it from the consumer, whose step may hold it too (a trainer's Python): on two cores,
     # one worker process instead gave such a consumer 1-4 % more steps per second. The move
-    # drains the threads, then starts the processes; inputs carry their keys, so the results
-    # are the same as if the stage had run threads throughout.
+    # starts the processes, which take the new inputs, while the threads answer the inputs
+    # they have; inputs carry their keys, so the results are the same as if the stage had
+    # run threads throughout.
 
     def _move_after(self) -> int:
-        return MOVE_WINDOWS if self._may_move and self.backend == "thread" else 0
+        # (the budget may have been given by autotune() after ParallelMapData decided)
+        movable = self._may_move and self.backend == "thread" and self._share().cores >= 2
+        return MOVE_WINDOWS if movable else 0
 
     def _request_move(self) -> None:
-        if self._sched is not None and self.backend == "thread":
-            self._sched.swap_transport(self._move)
-
-    def _move(self) -> Any:
-        """Called by the scheduler once the threads are drained: close them, start the
-        processes (or, if they cannot start, threads again) and return their transport."""
-        if self._transport is not None:
-            self._transport.close()
+        """Start the processes; the inputs in flight in the threads are answered there, then
+        the threads end (see ``MapScheduler.swap_transport``). If the processes cannot start,
+        the stage stays on threads."""
+        sched = self._sched
+        if sched is None or self.backend != "thread" or self._retiring is not None:
+            return
         self._set_backend("process")
         try:
-            self._transport = self._start_workers()
+            new = self._start_workers()
         except Exception as e:  # (e.g. a map function that a spawned process cannot unpickle)
             logger.warning("%s: its work could not move to processes (%s: %s); it stays on "
                            "threads", type(self).__name__, type(e).__name__, e)
             self._set_backend("thread")
-            self._transport = self._start_workers()
             if self._tuner is not None:
                 self._tuner.moved(None)
-            return self._transport
+            return
+        self._retiring, self._transport = self._transport, new
+        sched.swap_transport(new, self._retire_threads)
         if self._tuner is not None:
             self._tuner.moved(self._core_per_worker)
-        return self._transport
+
+    def _retire_threads(self) -> None:
+        old, self._retiring = self._retiring, None
+        if old is not None:
+            old.close()
 
     def _set_backend(self, backend: str) -> None:
         self.backend = backend
