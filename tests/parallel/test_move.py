@@ -8,6 +8,8 @@ and a move whose processes cannot start leaves the stage on threads."""
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from collections import Counter
 
@@ -73,6 +75,35 @@ def test_a_move_keeps_every_input_once_the_order_and_the_outputs(ordered: bool) 
         assert m._pool is None and m._transport is None
 
     check()
+
+
+_GATE, _AT_GATE = threading.Event(), threading.Event()
+
+
+def _gated_pid(dp: list) -> list:
+    """``[i, pid of the worker]``; input 0 waits for the gate (in the consumer's process)."""
+    if dp[0] == 0:
+        _AT_GATE.set()
+        _GATE.wait(10)
+    return [dp[0], os.getpid()]
+
+
+def test_the_chunks_the_threads_have_not_started_move_with_the_work() -> None:
+    _GATE.clear()
+    _AT_GATE.clear()
+    m = MultiThreadMapData(flows.Range(64), 1, _gated_pid, buffer_size=64, strict=True,
+                           ordered=True)
+    m._may_move = True
+    with m:
+        itr = iter(m)
+        m._sched._fill()  # (what the first next() does: 4 chunks of 16 go to the thread)
+        assert _AT_GATE.wait(10)
+        m._request_move()  # the thread holds chunk 0 at the gate; chunks 1-3 move
+        (child,) = _worker_pids(m)
+        _GATE.set()
+        got = [tuple(dp) for dp in itr]
+    me = os.getpid()
+    assert got == [(i, me) for i in range(16)] + [(i, child) for i in range(16, 64)]
 
 
 def test_a_state_saved_before_or_after_the_move_resumes_exactly() -> None:

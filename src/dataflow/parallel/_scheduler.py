@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from dataflow.errors import NoneResultError, StateMismatchError, WorkerError
@@ -141,15 +141,21 @@ class MapScheduler:
         positions."""
         self._source, self._source_done = source, False
 
-    def swap_transport(self, new: MapTransport, retire: Callable[[], None]) -> None:
-        """Submit the inputs to ``new`` from now on. The inputs in flight in the transport it
-        replaces are answered there (received first, as they come); then ``retire()`` (called
-        in the consumer's thread, which receives) closes it. Nothing in flight is lost or
-        mapped twice, and the keys travel with the inputs, so the results are the same."""
+    def swap_transport(self, new: MapTransport, retire: Callable[[], None],
+                       taken_back: Sequence[list] = ()) -> None:
+        """Submit the inputs to ``new`` from now on. ``taken_back``: the chunks the replaced
+        transport had not started (its caller took them back from it); they go to ``new``
+        too. The other inputs in flight there are answered there (received first, as they
+        come); then ``retire()`` (called in the consumer's thread, which receives) closes it.
+        Nothing in flight is lost or mapped twice, and the keys travel with the inputs, so the
+        results are the same."""
         if self._old is not None:
             raise RuntimeError(f"{self.stage}: a change of transport is already in progress")
         old, self.transport = self.transport, new
         pending = set(self._outstanding)
+        for chunk in taken_back:
+            pending.difference_update(idx for idx, _, _ in chunk)
+            new.submit(chunk)
         if pending:
             self._old, self._old_pending, self._retire = old, pending, retire
         else:

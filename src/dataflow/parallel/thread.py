@@ -240,6 +240,19 @@ class _ThreadMapTransport:
         self._check_open()
         self._in.put(chunk)
 
+    def take_back(self) -> list[list]:
+        """The chunks no thread has taken yet, removed from the input queue (the threads then
+        finish the chunks they have; a retire token taken with them is dropped: the caller
+        closes this transport next)."""
+        chunks: list[list] = []
+        while True:
+            try:
+                chunk = self._in.get_nowait()
+            except queue.Empty:
+                return chunks
+            if isinstance(chunk, list):
+                chunks.append(chunk)
+
     def _check_open(self) -> None:
         if self.group.stop.is_set():
             raise DataFlowTerminated(f"{self.group.name} was closed while being iterated")
@@ -379,8 +392,12 @@ class MultiThreadMapData(MapperBase):
             if self._tuner is not None:
                 self._tuner.moved(None)
             return
-        self._retiring, self._transport = self._transport, new
-        sched.swap_transport(new, self._retire_threads)
+        old, self._retiring, self._transport = self._transport, self._transport, new
+        # the chunks the threads have not started move with the work: on two busy cores, one
+        # thread behind a consumer that holds the GIL maps at the consumer's pace, and the
+        # inputs queued for it would otherwise keep it (and its GIL hand-offs) for seconds
+        sched.swap_transport(new, self._retire_threads,
+                             old.take_back() if old is not None else [])
         if self._tuner is not None:
             self._tuner.moved(self._core_per_worker)
 
