@@ -135,8 +135,9 @@ def ParallelMapData(ds: DataFlow, num_workers: int | str = AUTOTUNE,
     With both on auto, a thread stage whose work computes (rather than waits) and whose
     budget has two cores or more moves its work to one process, once, when the consumer has
     been the bottleneck at one thread for a few windows (two seconds): the parts of the work
-    that hold the GIL then stop taking it from the consumer's own Python. The move drains the
-    threads first; nothing is lost, mapped twice or reordered, the results stay a function of
+    that hold the GIL then stop taking it from the consumer's own Python. The process takes
+    the new inputs and those the threads had not started; the threads answer what they hold,
+    then end. Nothing is lost, mapped twice or reordered, the results stay a function of
     (seed, position), and ``autotune_state()["backend"]`` says ``"process"`` from then on (a
     restored state starts there)."""
     func = check_callable(map_func, "map_func", "lambda dp: [dp[0] * 2]")
