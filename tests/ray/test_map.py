@@ -71,6 +71,20 @@ def test_non_strict_stream_continues_across_iterations():
     assert got == [2 * (i % 10) for i in range(21)]
 
 
+def test_one_actor_delivers_its_chunks_in_the_order_it_ran_them():
+    # Unordered results come in completion order, and one actor runs its chunks in turn: so
+    # with one worker they come in input order, even when the consumer, slower than the actor,
+    # finds many chunks finished at once (Ray's wait would hand back any one of them).
+    with RayMapData(flows.Range(60), 1, flows.double, strict=True, buffer_size=60,
+                    chunk_size=3) as ds:
+        for _ in range(2):
+            it = iter(ds)
+            got = [next(it)[0]]
+            time.sleep(1.0)  # every other chunk finishes meanwhile
+            got += [dp[0] for dp in it]
+            assert got == list(range(0, 120, 2))
+
+
 def test_arrays_come_through_the_object_store():
     with RayMapData(flows.Range(20), 2, rflows.image, strict=True, ordered=True) as ds:
         got = list(ds)

@@ -14,7 +14,14 @@ from typing import Any
 
 from dataflow.errors import DataFlowTerminated
 from dataflow.parallel._lifecycle import Resources
-from dataflow.parallel._processes import PooledTransport, ProcessPool, describe_exit
+from dataflow.parallel._processes import (
+    PooledTransport,
+    ProcessPool,
+    describe_exit,
+    get_context,
+    parent_info,
+    worker_bootstrap,
+)
 from dataflow.parallel._protocol import DATA, ERROR, READY, STATE, ErrorInfo
 from dataflow.parallel._wire import (
     PLAIN_DECODER,
@@ -25,21 +32,30 @@ from dataflow.parallel._wire import (
     recv_frames,
     send_frames,
 )
+from dataflow.parallel._worker import map_loop
 from dataflow.parallel.shared_memory import (
     RING_BYTES,
     Ring,
+    SegmentSpace,
     SharedMemoryWriter,
     cleanup_segments,
+    make_rings,
 )
 
 logger = logging.getLogger("dataflow.parallel")
 
+#: inputs within which at most ``max_restarts`` workers are replaced, when the epoch's length
+#: is unknown
+RESTART_WINDOW = 10_000
+
 __all__ = [
+    "RESTART_WINDOW",
     "RestartBudget",
     "ZmqMapTransport",
     "ZmqRunnerTransport",
     "map_worker_channel",
     "runner_worker_channel",
+    "start_map_processes",
 ]
 
 
@@ -481,3 +497,98 @@ def runner_worker_channel(address: str, worker_id: int, hwm: int, shm_prefix: st
     sock.connect(address)
     channel = worker_id if channel is None else channel
     return WorkerChannel(sock, ctx, _worker_codec(shm_prefix, channel, ring), FINAL_LINGER_MS)
+
+
+# ---- starting a mapper's worker processes ---------------------------------------------------
+
+
+class _Batcher:
+    """Worker-side ``finish_chunk`` that turns mapped results into batches of ``batch_size``."""
+
+    def __init__(self, batch_size: int) -> None:
+        from dataflow.wrappers import BatchData
+
+        self.aggregate = BatchData.aggregate_batch
+        self.batch_size = batch_size
+        self.acc: list[Any] = []
+
+    def __call__(self, results: list) -> list:
+        # An input is answered when the batch holding its result is sent (a dropped, None
+        # result at once), so the consumer's bookkeeping counts the inputs waiting in an
+        # incomplete batch as in flight: a saved state re-dispatches them, none is lost.
+        out = [(idx, None) for idx, res in results if res is None]
+        self.acc.extend((idx, res) for idx, res in results if res is not None)
+        batches = []
+        bs = self.batch_size
+        while len(self.acc) >= bs:
+            chunk = self.acc[:bs]
+            del self.acc[:bs]
+            batches.append(self.aggregate([res for _, res in chunk]))
+            out.extend((idx, None) for idx, _ in chunk)
+        if batches:
+            out[-1] = (out[-1][0], batches)  # type: ignore[assignment]  # (the batches)
+        return out
+
+
+def _zmq_map_main(
+    map_func: Callable[[Any], Any],
+    address: str,
+    worker_id: int,
+    parent: tuple,
+    inputs: tuple[int, tuple[int, ...]],
+    shm_prefix: str | None,
+    stage: str,
+    batch_size: int | None,
+    ring: Ring | None,
+    channel_id: int | None = None,
+    progress: Any = None,
+) -> None:
+    worker_bootstrap(worker_id, parent, dispatch_globals=True)
+    channel = map_worker_channel(address, worker_id, shm_prefix, ring, channel_id)
+    channel.emit((READY, worker_id, None))
+    finish = _Batcher(batch_size) if batch_size else None
+    try:
+        map_loop(channel.receive, channel.emit, map_func, worker_id, stage, inputs, finish,
+                 progress)
+    finally:
+        channel.close()
+
+
+def start_map_processes(
+    stage: str, func: Callable[[Any], Any], num_proc: int, inputs: tuple[int, tuple[int, ...]],
+    batch_size: int | None, *, start_method: str | None, use_shm: bool, max_restarts: int,
+    restart_window: int,
+) -> tuple[ZmqMapTransport, ProcessPool, Resources]:
+    """Start ``num_proc`` worker processes mapping ``func`` (batching by ``batch_size``, if
+    given) and the consumer's transport to them: ``(transport, pool, resources)``; the caller
+    stops them with ``pool.terminate()`` and then ``resources.close()`` (in the thread that
+    receives). A thread stage whose work moves to processes starts them the same way."""
+    res = Resources()
+    space = SegmentSpace.open() if use_shm else None  # None: /dev/shm is too small
+    shm_prefix = space.prefix if space is not None else None
+    if space is not None:
+        res.add(space.close)
+    ctx = get_context(start_method)
+    rings = make_rings(use_shm, ctx.get_start_method(), num_proc)
+    try:
+        transport = ZmqMapTransport(num_proc, shm_prefix, rings, res, stage)
+        parent = parent_info()
+        address = transport.endpoint.address
+
+        def args(slot: int, channel: int, ring: Ring | None, progress: Any) -> tuple:
+            return (func, address, slot, parent, inputs, shm_prefix, stage, batch_size, ring,
+                    channel, progress)
+
+        progress = [ctx.Value("q", -1, lock=False) for _ in range(num_proc)]
+        pool = ProcessPool(
+            _zmq_map_main,
+            [args(i, i, rings[i] if rings else None, progress[i]) for i in range(num_proc)],
+            start_method=start_method, name=stage, picklable=("map_func", func), mapper=True,
+        )
+        transport.attach(pool, args, max_restarts, progress, restart_window,
+                         lambda: ctx.Value("q", -1, lock=False))
+        pool.start()
+    except BaseException:
+        res.close()
+        raise
+    return transport, pool, res

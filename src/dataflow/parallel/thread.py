@@ -339,8 +339,8 @@ class MultiThreadMapData(MapperBase):
         name = type(self).__name__
         if self.backend == "thread":
             return _ThreadMapTransport(self.map_func, self.num_thread, name, self._inputs)
+        from dataflow.parallel._zmq import RESTART_WINDOW, start_map_processes
         from dataflow.parallel.shared_memory import shm_available
-        from dataflow.parallel.zmq_map import RESTART_WINDOW, start_map_processes
 
         transport, self._pool, self._resources = start_map_processes(
             name, self.map_func, self.num_thread, self._inputs, None, start_method=None,

@@ -448,12 +448,21 @@ class ActorSlots:
             raise DataFlowTerminated(f"{self.stage} was closed while being iterated")
 
     def first_ready(self, refs: Any, timeout: float) -> Any:
-        """The first of ``refs`` whose result is ready within ``timeout`` seconds, or None
-        (raises if the flow was closed, or a replacement actor could not start)."""
+        """The first of ``refs`` whose result is ready within ``timeout`` seconds (of several
+        ready, the first in the given order), or None (raises if the flow was closed, or a
+        replacement actor could not start)."""
         self.check_open()
         if not refs:
             return None
-        ready, _ = self.ray.wait(list(refs), num_returns=1, timeout=timeout)
+        refs = list(refs)
+        ready, _ = self.ray.wait(refs, num_returns=1, timeout=timeout)
+        if ready and len(refs) > 1:
+            # Of several results ready at once, ray.wait(num_returns=1) returns any one (Ray
+            # collects them in a hash set), so one actor's chunks, which it runs in turn, could
+            # come back out of the order it finished them. Take the first of all those ready,
+            # in the order the refs were given (the order they were sent).
+            ready_now = set(self.ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+            ready = [next((r for r in refs if r in ready_now), ready[0])]
         if self.starting:
             self.check_starting()
         if time.monotonic() >= self.next_head_check:
