@@ -3,6 +3,8 @@
 (:class:`ZmqRunnerTransport`: PULL), both replacing dead workers within a
 :class:`RestartBudget`, and the workers' sockets (:func:`map_worker_channel`,
 :func:`runner_worker_channel`). The frames they exchange are :mod:`._wire`'s.
+:func:`start_map_processes` starts a mapper's worker processes and its transport to them
+(for the ZMQ mappers, and for a thread mapper whose work moves to processes).
 """
 
 from __future__ import annotations

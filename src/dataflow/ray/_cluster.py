@@ -456,18 +456,21 @@ class ActorSlots:
             return None
         refs = list(refs)
         ready, _ = self.ray.wait(refs, num_returns=1, timeout=timeout)
-        if ready and len(refs) > 1:
+        ref = ready[0] if ready else None
+        earlier = refs[:refs.index(ref)] if ref is not None else []
+        if earlier:
             # Of several results ready at once, ray.wait(num_returns=1) returns any one (Ray
             # collects them in a hash set), so one actor's chunks, which it runs in turn, could
-            # come back out of the order it finished them. Take the first of all those ready,
-            # in the order the refs were given (the order they were sent).
-            ready_now = set(self.ray.wait(refs, num_returns=len(refs), timeout=0)[0])
-            ready = [next((r for r in refs if r in ready_now), ready[0])]
+            # come back out of the order it finished them. Take the first ready in the order
+            # the refs were given (the order they were sent): only those given before the one
+            # returned need asking again.
+            ready_now = set(self.ray.wait(earlier, num_returns=len(earlier), timeout=0)[0])
+            ref = next((r for r in earlier if r in ready_now), ref)
         if self.starting:
             self.check_starting()
         if time.monotonic() >= self.next_head_check:
             self.check_head()
-        return ready[0] if ready else None
+        return ref
 
     def check_head(self) -> None:
         """Raise :class:`~dataflow.errors.HeadNodeLostError` if the head node no longer accepts
