@@ -11,15 +11,15 @@ import sys
 import cv2
 import numpy as np
 import pytest
-
-from dataflow import imgaug
-from dataflow.errors import ErrorBudgetError, ImageDecodeError
 from dataflow.image import (
     AugmentImageComponent,
     AugmentImageComponents,
     AugmentImageCoordinates,
     ImageFromFile,
 )
+
+from dataflow import imgaug
+from dataflow.errors import ErrorBudgetError, ImageDecodeError
 from dataflow.rng import set_seed
 from dataflow.sources import DataFromList
 from tests.helpers import check_dataflow

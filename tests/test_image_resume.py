@@ -10,14 +10,14 @@ import os
 import cv2
 import numpy as np
 import pytest
-
-from dataflow import imgaug
 from dataflow.image import (
     AugmentImageComponent,
     AugmentImageComponents,
     AugmentImageCoordinates,
     ImageFromFile,
 )
+
+from dataflow import imgaug
 from dataflow.rng import set_seed
 from dataflow.sources import DataFromList
 from dataflow.state import StateMismatchError

@@ -9,12 +9,12 @@ import threading
 
 import numpy as np
 import pytest
+from dataflow.image import decode_jpeg, jpeg_shape
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflow import jpeg
 from dataflow.errors import DataFlowError, ImageDecodeError
-from dataflow.image import decode_jpeg, jpeg_shape
 from dataflow.imgaug._cv2 import cv2
 from dataflow.imgaug.fused import decode_image
 
@@ -203,7 +203,7 @@ def test_fallback_gives_the_same_shapes_and_window_pixels():
 
 def test_auto_falls_back_without_the_extension_and_logs_once(monkeypatch, caplog):
     monkeypatch.setattr(jpeg, "_jpeg", None)
-    monkeypatch.setattr(jpeg, "_OFF_REASON", "the C extension dataflow._jpeg is not available")
+    monkeypatch.setattr(jpeg, "_OFF_REASON", "the C extension dataflow.jpeg._jpeg is not available")
     monkeypatch.setattr(jpeg, "_logged_off", False)
     data = make_jpeg(30, 40)
     with caplog.at_level(logging.WARNING, logger="dataflow.jpeg"):
@@ -211,10 +211,10 @@ def test_auto_falls_back_without_the_extension_and_logs_once(monkeypatch, caplog
         b = decode_jpeg(data, (0, 0, 10, 10))
     off = [r for r in caplog.records if "fast path is off" in r.getMessage()]
     assert len(off) == 1
-    assert "dataflow._jpeg is not available" in off[0].getMessage()
+    assert "dataflow.jpeg._jpeg is not available" in off[0].getMessage()
     np.testing.assert_array_equal(a, imdecode(data))
     np.testing.assert_array_equal(b, a[:10, :10])
-    assert jpeg.fast_path_status() == "the C extension dataflow._jpeg is not available"
+    assert jpeg.fast_path_status() == "the C extension dataflow.jpeg._jpeg is not available"
     with pytest.raises(ImportError, match="`backend='turbo'` needs the fast path"):
         decode_jpeg(data, backend="turbo")
 

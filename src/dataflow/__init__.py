@@ -27,12 +27,6 @@ from dataflow.errors import (
     UnknownLengthError,
     WorkerError,
 )
-from dataflow.image import (
-    AugmentImageComponent,
-    AugmentImageComponents,
-    AugmentImageCoordinates,
-    ImageFromFile,
-)
 from dataflow.parallel import (
     AUTOTUNE,
     MultiProcessMapAndBatchData,
@@ -97,6 +91,12 @@ from dataflow.wrappers import (
     RepeatedDataPoint,
     SelectComponent,
     TestDataSpeed,
+)
+from dataflow.wrappers.image import (
+    AugmentImageComponent,
+    AugmentImageComponents,
+    AugmentImageCoordinates,
+    ImageFromFile,
 )
 
 # submodules loaded on first access; "dataset" and "imgaug" are also in __all__ (tensorpack's

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from dataflow.image import AugmentImageComponent, AugmentImageComponents, AugmentImageCoordinates
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflow import imgaug, jpeg
 from dataflow.errors import ImageDecodeError
-from dataflow.image import AugmentImageComponent, AugmentImageComponents, AugmentImageCoordinates
 from dataflow.imgaug import fused
 from dataflow.imgaug._cv2 import cv2
 from dataflow.sources import DataFromList
@@ -207,7 +207,7 @@ def test_images_the_plan_does_not_take_are_decoded_whole_like_cv2():
 
 def test_without_the_extension_the_fused_path_decodes_whole_images(monkeypatch):
     monkeypatch.setattr(jpeg, "_jpeg", None)
-    monkeypatch.setattr(jpeg, "_OFF_REASON", "the C extension dataflow._jpeg is not available")
+    monkeypatch.setattr(jpeg, "_OFF_REASON", "the C extension dataflow.jpeg._jpeg is not available")
     monkeypatch.setattr(jpeg, "_logged_off", True)  # logged once per process; tested elsewhere
     data = make_jpeg(70, 90, seed=4)
     build = lambda: [imgaug.GoogleNetRandomCropAndResize(target_shape=40),  # noqa: E731

@@ -21,7 +21,7 @@ from dataflow.parallel import (
     _autotune,
     autotune,
 )
-from dataflow.parallel._autotune import CpuShare, default_share
+from dataflow.parallel.autotuning.stage import CpuShare, default_share
 from dataflow.parallel.tuning import _thread_start, choose_backend
 from dataflow.sources import DataFromList
 from tests.parallel import flows
@@ -179,7 +179,7 @@ def test_the_window_after_a_change_is_shorter_for_threads(monkeypatch, per_worke
     once); a process stage's, and the first window of any stage, a whole one."""
     from types import SimpleNamespace
 
-    from dataflow.parallel._controller import Controller
+    from dataflow.parallel.autotuning.controller import Controller
 
     clock, answered, resized = [0.0], [0], []
     monkeypatch.setattr(_autotune, "time", SimpleNamespace(perf_counter=lambda: clock[0]))

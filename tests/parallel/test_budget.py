@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dataflow.parallel._budget import CpuBudget, cgroup_quota, cpu_budget
+from dataflow.parallel.autotuning.budget import CpuBudget, cgroup_quota, cpu_budget
 
 
 def _tree(tmp_path: Path, files: dict[str, str], cgroup: str) -> tuple[Path, Path]:
@@ -89,7 +89,7 @@ def test_affinity_is_read() -> None:
 def test_under_taskset(cpus: str) -> None:
     if not set(map(int, cpus.split(","))) <= os.sched_getaffinity(0):
         pytest.skip(f"cores {cpus} are not available to this process")
-    code = ("from dataflow.parallel._budget import cpu_budget; b = cpu_budget(); "
+    code = ("from dataflow.parallel.autotuning.budget import cpu_budget; b = cpu_budget(); "
             "print(b.affinity, b.cores)")
     out = subprocess.run(["taskset", "-c", cpus, sys.executable, "-c", code], check=True,
                          capture_output=True, text=True, env={**os.environ}).stdout.split()

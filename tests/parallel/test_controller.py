@@ -9,7 +9,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataflow.parallel._controller import Controller, Measurement
+from dataflow.parallel.autotuning.controller import Controller, Measurement
 
 
 def model(per_worker: float, cores: float, consumer: float, noise: float = 0.0,

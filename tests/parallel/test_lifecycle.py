@@ -24,7 +24,7 @@ from dataflow.parallel import (
     MultiThreadMapData,
     MultiThreadRunner,
 )
-from dataflow.parallel._processes import check_picklable, get_context
+from dataflow.parallel._bootstrap import check_picklable, get_context
 from tests.parallel import flows
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dataflow.parallel import AUTOTUNE, MultiThreadMapData, _autotune, _zmq, autotune
+from dataflow.parallel import AUTOTUNE, MultiThreadMapData, _map_processes, autotune
+from dataflow.parallel.autotuning import stage as _autotune
 from dataflow.parallel.tuning import may_move
 from tests.parallel import flows
 
@@ -162,7 +163,7 @@ def test_a_move_whose_processes_cannot_start_stays_on_threads(monkeypatch, caplo
     def no_processes(*args, **kwargs):
         raise OSError("fork: Resource temporarily unavailable")
 
-    monkeypatch.setattr(_zmq, "start_map_processes", no_processes)
+    monkeypatch.setattr(_map_processes, "start_map_processes", no_processes)
     want, again = _reference(2)
     with caplog.at_level(logging.WARNING, logger="dataflow.parallel"), _stage() as m:
         got = []

@@ -19,10 +19,10 @@ import pytest
 import dataflow
 from dataflow import DataFromList, MultiProcessRunnerZMQ
 from dataflow.errors import ObjectGoneError
-from dataflow.parallel import PlasmaGetData, PlasmaPutData, _segments
-from dataflow.parallel._processes import get_context
+from dataflow.parallel import PlasmaGetData, PlasmaPutData
+from dataflow.parallel._bootstrap import get_context
 from dataflow.parallel.plasma import MIN_SEGMENT_BYTES, PlasmaId
-from dataflow.parallel.shared_memory import SHM_DIR
+from dataflow.parallel.shared_memory import SHM_DIR, _segments
 from tests.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

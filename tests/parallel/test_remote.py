@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflow.parallel import RemoteDataZMQ, send_dataflow_zmq
-from dataflow.parallel._processes import get_context
+from dataflow.parallel._bootstrap import get_context
 from dataflow.parallel._wire import import_zmq
 from dataflow.parallel.remote import _DropLog, dumps_msgpack, loads_msgpack
 from tests.parallel import flows

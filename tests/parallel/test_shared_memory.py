@@ -18,12 +18,12 @@ import numpy as np
 import psutil
 import pytest
 
-from dataflow.parallel import _segments
 from dataflow.parallel.shared_memory import (
     SHM_DIR,
     Ring,
     SegmentSpace,
     SharedMemoryWriter,
+    _segments,
     cleanup_segments,
     cleanup_stale_segments,
     new_prefix,
@@ -306,7 +306,7 @@ import json, os, sys, time, warnings
 import numpy as np
 from dataflow.base import DataFlow
 from dataflow.parallel import MultiProcessMapDataZMQ, MultiProcessRunnerZMQ
-from dataflow.parallel import _segments
+from dataflow.parallel.shared_memory import _segments
 from dataflow.sources import DataFromList
 
 kind, mib, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

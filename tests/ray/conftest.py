@@ -9,7 +9,7 @@ import time
 import psutil
 import pytest
 
-from dataflow.ray._cluster import LOCAL_SYSTEM_CONFIG, RayHooks
+from dataflow.ray._session import LOCAL_SYSTEM_CONFIG, RayHooks
 
 
 def ray_children() -> list[str]:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
-from dataflow.ray._cluster import RayHooks
+from dataflow.ray._session import RayHooks
 from tests.ray.conftest import wait_no_children
 
 NODES = 3

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from dataflow.parallel._processes import get_context
+from dataflow.parallel._bootstrap import get_context
 from dataflow.utils.concurrency import (
     LoopThread,
     StoppableThread,

@@ -130,7 +130,7 @@ def test_datapoints_with_fewer_components_are_refused():
         df.BatchData.aggregate_batch([[1, 2], [3]])
 
 
-# ---- the C fast path of stacking (dataflow._stack) against NumPy's own ------------------------
+# ---- the C fast path of stacking (dataflow.wrappers._stack) against NumPy's own --------------
 
 _DTYPES = [np.float32, np.float64, np.int64, np.int32, np.uint8, np.bool_, ">f4", "<U3"]
 
@@ -148,7 +148,7 @@ def _same_as_numpy(values):
     assert got.flags.writeable and got.flags.c_contiguous
 
 
-@pytest.mark.skipif(batch_module._fill is None, reason="dataflow._stack was not built")
+@pytest.mark.skipif(batch_module._fill is None, reason="dataflow.wrappers._stack was not built")
 @given(st.lists(st.tuples(st.sampled_from(_DTYPES), st.sampled_from([(), (3,), (2, 3), (3, 2)]),
                           st.booleans()), min_size=1, max_size=6), st.integers(0, 2**32 - 1))
 @settings(max_examples=200, deadline=None)
@@ -161,7 +161,7 @@ def test_stacking_arrays_gives_what_numpy_gives(specs, seed):
     _same_as_numpy(values)
 
 
-@pytest.mark.skipif(batch_module._fill is None, reason="dataflow._stack was not built")
+@pytest.mark.skipif(batch_module._fill is None, reason="dataflow.wrappers._stack was not built")
 def test_stacking_equal_arrays_and_scalars_copies_them():
     arrs = [np.full(32, i, np.float32) for i in range(64)]
     got = stack_component(arrs)

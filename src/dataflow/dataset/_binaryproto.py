@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from dataflow._protobuf import fields as _fields
-from dataflow._protobuf import varint as _varint
+from dataflow.serialize._protobuf import fields as _fields
+from dataflow.serialize._protobuf import varint as _varint
 
 __all__ = ["read_blob_proto"]
 

@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 
 from dataflow.base import DataFlow, ProxyDataFlow
 from dataflow.errors import ObjectGoneError
-from dataflow.parallel._segments import SHM_DIR, open_segment
-from dataflow.parallel._shm_space import SegmentSpace, SharedMemoryWriter
+from dataflow.parallel.shared_memory._segments import SHM_DIR, open_segment
+from dataflow.parallel.shared_memory._space import SegmentSpace, SharedMemoryWriter
 
 __all__ = ["MIN_SEGMENT_BYTES", "PlasmaGetData", "PlasmaId", "PlasmaPutData"]
 

@@ -17,9 +17,9 @@ import queue
 from typing import Any
 
 from dataflow.base import DataFlow
-from dataflow.parallel import _processes as processes
+from dataflow.parallel._bootstrap import get_context, globals_seed, parent_info, worker_bootstrap
 from dataflow.parallel._lifecycle import Resources
-from dataflow.parallel._processes import PooledTransport, ProcessPool
+from dataflow.parallel._pool import PooledTransport, ProcessPool, start_pool
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._worker import runner_loop
 from dataflow.parallel.shared_memory import RING_BYTES, Ring
@@ -37,7 +37,7 @@ def _mp_runner_main(
     ds: DataFlow, q: Any, worker_id: int, parent: tuple, seed: tuple, start: Any = None,
     ring: Ring | None = None,
 ) -> None:
-    processes.worker_bootstrap(worker_id, parent, globals_seed=seed)
+    worker_bootstrap(worker_id, parent, globals_seed=seed)
 
     def emit(msg: tuple) -> None:
         data = pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
@@ -105,19 +105,19 @@ class MultiProcessRunner(RunnerBase):
         self.num_prefetch = check_positive_int(num_prefetch, "num_prefetch", 16)
         self.num_proc = self._num_workers = check_positive_int(num_proc, "num_proc")
         self.start_method = start_method
-        processes.get_context(start_method)  # validate now
+        get_context(start_method)  # validate now
         self._pool: ProcessPool | None = None
         self._queue: Any = None
 
     def _start(self) -> None:
-        ctx = processes.get_context(self.start_method)
+        ctx = get_context(self.start_method)
         self._queue = ctx.Queue(self.num_prefetch)
         rings = ([Ring(RING_BYTES) for _ in range(self.num_proc)]
                  if ctx.get_start_method() == "fork" else None)  # inherited by the workers
-        parent = processes.parent_info()
-        self._pool = processes.start_pool(
+        parent = parent_info()
+        self._pool = start_pool(
             _mp_runner_main,
-            [(self.ds, self._queue, i, parent, processes.globals_seed(self, i),
+            [(self.ds, self._queue, i, parent, globals_seed(self, i),
               self._worker_start(i), rings[i] if rings else None)
              for i in range(self.num_proc)],
             self.start_method, type(self).__name__,

@@ -17,10 +17,10 @@ from dataflow import _global_rng
 from dataflow import rng as _rng
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated, WorkerError
-from dataflow.parallel._autotune import THREADS_PER_CORE, resolve_runner_count
 from dataflow.parallel._mapper import MapperBase
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._worker import map_loop, queue_emitter, runner_loop
+from dataflow.parallel.autotuning.stage import THREADS_PER_CORE, resolve_runner_count
 from dataflow.state import child_state
 from dataflow.validation import check_positive_int, known_length, renamed_kwargs
 
@@ -339,7 +339,8 @@ class MultiThreadMapData(MapperBase):
         name = type(self).__name__
         if self.backend == "thread":
             return _ThreadMapTransport(self.map_func, self.num_thread, name, self._inputs)
-        from dataflow.parallel._zmq import RESTART_WINDOW, start_map_processes
+        from dataflow.parallel._map_processes import start_map_processes
+        from dataflow.parallel._zmq_consumer import RESTART_WINDOW
         from dataflow.parallel.shared_memory import shm_available
 
         transport, self._pool, self._resources = start_map_processes(

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 
 from dataflow.base import DataFlow
-from dataflow.parallel._autotune import AUTOTUNE, CpuShare, default_share, is_auto
 from dataflow.parallel._mapper import MapperBase
+from dataflow.parallel.autotuning.stage import AUTOTUNE, CpuShare, default_share, is_auto
 from dataflow.parallel.thread import MultiThreadMapData
 from dataflow.parallel.zmq_map import MultiProcessMapDataZMQ
 from dataflow.validation import check_callable, check_choice

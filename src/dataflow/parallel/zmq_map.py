@@ -2,8 +2,8 @@
 and ``MultiProcessMapDataComponentSharedArray``.
 
 Dispatch cannot lose a request (the flaw of tensorpack's DEALER/REP design): see
-:class:`~dataflow.parallel._zmq.ZmqMapTransport`. Each request is a chunk of inputs, sent to
-the least-loaded worker; every input is answered.
+:class:`~dataflow.parallel._zmq_consumer.ZmqMapTransport`. Each request is a chunk of inputs,
+sent to the least-loaded worker; every input is answered.
 """
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ import numpy as np
 
 from dataflow.base import DataFlow, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
-from dataflow.parallel._autotune import default_share, is_auto
+from dataflow.parallel._bootstrap import get_context
+from dataflow.parallel._map_processes import start_map_processes
 from dataflow.parallel._mapper import MapperBase
-from dataflow.parallel._processes import ProcessPool, get_context
+from dataflow.parallel._pool import ProcessPool
 from dataflow.parallel._scheduler import MapScheduler
-from dataflow.parallel._zmq import RESTART_WINDOW, ZmqMapTransport, start_map_processes
+from dataflow.parallel._zmq_consumer import RESTART_WINDOW, ZmqMapTransport
+from dataflow.parallel.autotuning.stage import default_share, is_auto
 from dataflow.parallel.shared_memory import shm_available
 from dataflow.state import check_state, decode_items, encode_items
 from dataflow.validation import (

@@ -7,20 +7,15 @@ from typing import Any
 
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowError
-from dataflow.parallel._autotune import resolve_runner_count
+from dataflow.parallel._bootstrap import get_context, globals_seed, parent_info, worker_bootstrap
 from dataflow.parallel._lifecycle import Resources
-from dataflow.parallel._processes import (
-    ProcessPool,
-    get_context,
-    globals_seed,
-    parent_info,
-    start_pool,
-    worker_bootstrap,
-)
+from dataflow.parallel._pool import ProcessPool, start_pool
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._wire import Endpoint
 from dataflow.parallel._worker import runner_loop
-from dataflow.parallel._zmq import ZmqRunnerTransport, runner_worker_channel
+from dataflow.parallel._zmq_consumer import ZmqRunnerTransport
+from dataflow.parallel._zmq_worker import runner_worker_channel
+from dataflow.parallel.autotuning.stage import resolve_runner_count
 from dataflow.parallel.shared_memory import Ring, SegmentSpace, make_rings, shm_available
 from dataflow.validation import check_int, check_positive_int, known_length, renamed_kwargs
 

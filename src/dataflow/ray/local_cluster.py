@@ -9,7 +9,7 @@ Built on ``ray.cluster_utils.Cluster`` (Ray's own multi-node test helper). Its s
 on the loopback interface only: on Linux Ray would replace 127.0.0.1 by the machine's network
 address and listen on every interface, unless its single-machine mode is on for the processes
 that start nodes, as for the local Ray that dataflow starts (see
-:func:`dataflow.ray._cluster.acquire_ray`). Connect a driver with ``RayMapData(...,
+:func:`dataflow.ray._session.acquire_ray`). Connect a driver with ``RayMapData(...,
 address=cluster.address)`` (or :meth:`LoopbackCluster.connect`), which keeps that mode.
 """
 
@@ -19,7 +19,7 @@ import contextlib
 import signal
 from typing import Any
 
-from dataflow.ray import _cluster as cluster
+from dataflow.ray import _session as session
 from dataflow.validation import check_positive_int
 
 __all__ = ["LoopbackCluster"]
@@ -32,7 +32,7 @@ OBJECT_STORE_BYTES = 128 * 1024 * 1024
 #: still answers within 5); the workers run at the driver's priority, as in a local Ray of
 #: dataflow's
 SYSTEM_CONFIG = {"health_check_period_ms": 1000, "health_check_failure_threshold": 5,
-                 **cluster.LOCAL_SYSTEM_CONFIG}
+                 **session.LOCAL_SYSTEM_CONFIG}
 
 #: seconds ``shutdown()`` waits for the killed processes to end
 SHUTDOWN_WAIT = 10.0
@@ -52,12 +52,12 @@ class LoopbackCluster:
         self.cpus_per_node = check_positive_int(cpus_per_node, "cpus_per_node", 1)
         self.object_store_bytes = check_positive_int(object_store_bytes, "object_store_bytes",
                                                      OBJECT_STORE_BYTES)
-        self._ray = cluster.import_ray()
+        self._ray = session.import_ray()
         from ray.cluster_utils import Cluster
 
         self._cluster: Any = None
         self._nodes: list[Any] = []  # Ray's Node objects, the head first
-        with cluster.loopback_node(self._ray):
+        with session.loopback_node(self._ray):
             self._cluster = Cluster(initialize_head=True, head_node_args=self._node_args(
                 include_dashboard=False, _system_config=SYSTEM_CONFIG))
             self._nodes.append(self._cluster.head_node)
@@ -70,7 +70,7 @@ class LoopbackCluster:
 
     def _node_args(self, **extra: Any) -> dict[str, Any]:
         return {"num_cpus": self.cpus_per_node, "object_store_memory": self.object_store_bytes,
-                "node_ip_address": cluster.LOOPBACK, **extra}
+                "node_ip_address": session.LOOPBACK, **extra}
 
     @property
     def address(self) -> str:
@@ -90,7 +90,7 @@ class LoopbackCluster:
         """Start one more worker node (``cpus``: default ``cpus_per_node``) and wait until the
         cluster knows it; its node id."""
         args = self._node_args() if cpus is None else {**self._node_args(), "num_cpus": cpus}
-        with cluster.loopback_node(self._ray):
+        with session.loopback_node(self._ray):
             node = self._cluster.add_node(**args)
         self._nodes.append(node)
         return str(node.node_id)
@@ -141,7 +141,7 @@ class LoopbackCluster:
     def connect(self) -> None:
         """``ray.init()`` this process as a driver of the cluster (shut it down with
         ``ray.shutdown()`` before :meth:`shutdown`)."""
-        with cluster.loopback_node(self._ray):
+        with session.loopback_node(self._ray):
             self._ray.init(address=self.address, log_to_driver=False)
 
     def shutdown(self) -> None:

@@ -12,7 +12,8 @@ from dataflow.base import DataFlow
 from dataflow.errors import WorkerError
 from dataflow.parallel._mapper import MapperBase
 from dataflow.parallel._worker import map_loop
-from dataflow.ray import _cluster as cluster
+from dataflow.ray import _actors as actors
+from dataflow.ray import _session as session
 from dataflow.validation import check_positive_int
 
 __all__ = ["RayMapData"]
@@ -23,12 +24,12 @@ class _MapActor:
 
     def __init__(self, map_func: Callable[[Any], Any], worker_id: int, global_seed: int | None,
                  stage: str, threads: int, inputs: tuple[int, tuple[int, ...]]) -> None:
-        cluster.worker_setup(worker_id, global_seed, None, dispatch_globals=True, threads=threads)
+        session.worker_setup(worker_id, global_seed, None, dispatch_globals=True, threads=threads)
         self.map_func, self.worker_id, self.stage = map_func, worker_id, stage
         self.inputs = inputs
 
     def ready(self) -> tuple[int, str]:
-        return cluster.actor_identity()
+        return session.actor_identity()
 
     def map_chunk(self, chunk: list[tuple[int, Any]]) -> list[tuple]:
         """The messages ``map_loop`` emits for ``chunk``: an ``ERROR`` per failed input, then
@@ -55,7 +56,7 @@ class _RayMapTransport:
     lost node). With ``max_retries=0`` the first loss raises, naming the oldest unfinished
     chunk."""
 
-    def __init__(self, slots: cluster.ActorSlots, make_args: Callable[[int], tuple],
+    def __init__(self, slots: actors.ActorSlots, make_args: Callable[[int], tuple],
                  max_retries: int) -> None:
         self.ray = slots.ray
         self.slots = slots
@@ -154,7 +155,7 @@ class _RayMapTransport:
             raise WorkerError(
                 "WorkerDied",
                 f"the Ray actor of worker {w} was lost while mapping {len(chunk)} input(s), "
-                f"after {retries} retries of them ({cluster.describe(exc)}). A node or "
+                f"after {retries} retries of them ({actors.describe(exc)}). A node or "
                 "process died; if map_func itself crashes the process on these inputs, fix it, "
                 "else raise `max_retries`.",
                 worker_id=w, index=chunk[0][0], stage=self.slots.stage,
@@ -164,7 +165,7 @@ class _RayMapTransport:
             self.submit(other, retries)
 
 
-class RayMapData(cluster.ActorPool, MapperBase):
+class RayMapData(actors.ActorPool, MapperBase):
     """Map ``map_func`` over ``ds`` with ``num_workers`` Ray actors (on a cluster, or a local
     Ray started for the pipeline).
 
@@ -232,7 +233,7 @@ class RayMapData(cluster.ActorPool, MapperBase):
         actor_options: dict[str, Any] | None = None, max_retries: int = 3,
         seed: int | None = None, on_error: str = "raise", max_errors: int | float | None = None,
     ) -> None:
-        ray = cluster.import_ray()
+        ray = session.import_ray()
         num_workers, map_func = _workers_and_func(args, num_workers, map_func)
         if num_workers is None:
             num_workers = _default_workers(ray, address)
@@ -242,10 +243,10 @@ class RayMapData(cluster.ActorPool, MapperBase):
         self.chunk_size = (None if chunk_size is None
                            else check_positive_int(chunk_size, "chunk_size", 16))
         self.address = address
-        self.actor_options = cluster.check_options(actor_options)
-        self.max_retries = cluster.check_retries(max_retries)
+        self.actor_options = session.check_options(actor_options)
+        self.max_retries = actors.check_retries(max_retries)
         self._owns_ray = False
-        self._slots: cluster.ActorSlots | None = None
+        self._slots: actors.ActorSlots | None = None
         self._transport: _RayMapTransport | None = None
 
     # by default up to 64 inputs per task, half of a worker's share of the buffer (so that each
@@ -257,21 +258,21 @@ class RayMapData(cluster.ActorPool, MapperBase):
         return self.chunk_size if self.chunk_size is not None else super()._chunk_size()
 
     def _start(self) -> None:
-        ray = cluster.import_ray()
+        ray = session.import_ray()
         cpus = float(self.actor_options.get("num_cpus", 1))
-        self._owns_ray = cluster.acquire_ray(self.address, self.num_workers * cpus)
+        self._owns_ray = session.acquire_ray(self.address, self.num_workers * cpus)
         stage = type(self).__name__
         # map_func by value (not a ray.put reference): a replacement actor then gets it from
         # this process, never from the object store of a node that died (whose copy Ray would
         # try to fetch until the cluster declares the node dead, ~30 s)
         func, seed = self.map_func, _rng.get_seed()
-        threads = cluster.actor_threads(self.actor_options)
+        threads = session.actor_threads(self.actor_options)
         inputs = self._inputs
 
         def make_args(i: int) -> tuple:
             return (func, i, seed, stage, threads, inputs)
 
-        self._slots = slots = cluster.ActorSlots(ray, _MapActor, self.num_workers,
+        self._slots = slots = actors.ActorSlots(ray, _MapActor, self.num_workers,
                                                  self.actor_options, stage)
         slots.start(make_args)
         self._transport = _RayMapTransport(slots, make_args, self.max_retries)
@@ -282,7 +283,7 @@ class RayMapData(cluster.ActorPool, MapperBase):
             self._slots.kill_all()
             self._slots = None
         owned, self._owns_ray = self._owns_ray, False
-        cluster.release_ray(owned)
+        session.release_ray(owned)
 
 
 def _workers_and_func(args: tuple, num_workers: Any, map_func: Any) -> tuple[Any, Any]:
@@ -322,8 +323,8 @@ def _workers_and_func(args: tuple, num_workers: Any, map_func: Any) -> tuple[Any
 def _default_workers(ray: Any, address: str | None) -> int:
     if ray.is_initialized():
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
-    if cluster.cluster_address(address) is None:
-        return cluster.local_cpus()
+    if session.cluster_address(address) is None:
+        return session.local_cpus()
     raise ValueError(
         f"`num_workers` must be given when connecting to a cluster with address={address!r} "
         "(dataflow does not connect before reset_state()); pass e.g. num_workers=8, or call "

@@ -15,11 +15,12 @@ from typing import Any
 from dataflow import rng as _rng
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated, WorkerError
-from dataflow.parallel._processes import globals_seed
+from dataflow.parallel._bootstrap import globals_seed
 from dataflow.parallel._protocol import DATA, END, ERROR, STATE
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._worker import queue_emitter, runner_loop
-from dataflow.ray import _cluster as cluster
+from dataflow.ray import _actors as actors
+from dataflow.ray import _session as session
 from dataflow.validation import check_positive_int
 
 __all__ = ["RayRunner"]
@@ -34,7 +35,7 @@ class _RunnerActor:
     def __init__(self, ds: DataFlow, worker_id: int, global_seed: int | None, stage: str,
                  start: tuple[Any, int] | None, num_prefetch: int, threads: int,
                  seed: tuple[int, tuple[int, ...]]) -> None:
-        cluster.worker_setup(worker_id, global_seed, seed, threads=threads)
+        session.worker_setup(worker_id, global_seed, seed, threads=threads)
         self.queue: queue.Queue = queue.Queue(num_prefetch)
         self.stop = threading.Event()
         self.thread = threading.Thread(
@@ -44,7 +45,7 @@ class _RunnerActor:
         )
 
     def ready(self) -> tuple[int, str]:
-        return cluster.actor_identity()
+        return session.actor_identity()
 
     def next_chunk(self, max_items: int) -> list[tuple]:
         """The next messages (at most ``max_items``; empty after ``PULL_WAIT`` s without any).
@@ -68,7 +69,7 @@ class _RayRunnerTransport:
     replaced by one that continues its copy's stream right after the last datapoint received
     (from that copy's last state, skipping what was received since)."""
 
-    def __init__(self, slots: cluster.ActorSlots, make_args: Callable[[int, Any], tuple],
+    def __init__(self, slots: actors.ActorSlots, make_args: Callable[[int, Any], tuple],
                  starts: list[tuple[Any, int]], chunk_size: int, max_retries: int) -> None:
         self.ray = slots.ray
         self.make_args = make_args
@@ -123,7 +124,7 @@ class _RayRunnerTransport:
             raise WorkerError(
                 "WorkerDied",
                 f"the Ray actor of worker {w} was lost {self.failures[w]} times in a row "
-                f"({cluster.describe(exc)}). A node or process died; if the flow itself "
+                f"({actors.describe(exc)}). A node or process died; if the flow itself "
                 "crashes its process, fix it, else raise `max_retries`.",
                 worker_id=w, stage=self.slots.stage,
             ) from exc
@@ -134,7 +135,7 @@ class _RayRunnerTransport:
         self._request(w)
 
 
-class RayRunner(cluster.ActorPool, RunnerBase):
+class RayRunner(actors.ActorPool, RunnerBase):
     """Run ``num_workers`` independent copies of ``ds``, each in a Ray actor.
 
     The contract of :class:`~dataflow.parallel.MultiProcessRunnerZMQ` (tensorpack's runners):
@@ -181,33 +182,33 @@ class RayRunner(cluster.ActorPool, RunnerBase):
         actor_options: dict[str, Any] | None = None,
         max_retries: int = 3,
     ) -> None:
-        cluster.import_ray()
+        session.import_ray()
         super().__init__(ds)
         self.num_workers = self._num_workers = check_positive_int(num_workers, "num_workers")
         self.num_prefetch = check_positive_int(num_prefetch, "num_prefetch", 64)
         self.chunk_size = check_positive_int(chunk_size, "chunk_size", 16)
         self.address = address
-        self.actor_options = cluster.check_options(actor_options)
-        self.max_retries = cluster.check_retries(max_retries)
+        self.actor_options = session.check_options(actor_options)
+        self.max_retries = actors.check_retries(max_retries)
         self._owns_ray = False
-        self._slots: cluster.ActorSlots | None = None
+        self._slots: actors.ActorSlots | None = None
 
     def _start(self) -> None:
-        ray = cluster.import_ray()
+        ray = session.import_ray()
         cpus = float(self.actor_options.get("num_cpus", 1))
-        self._owns_ray = cluster.acquire_ray(self.address, self.num_workers * cpus)
+        self._owns_ray = session.acquire_ray(self.address, self.num_workers * cpus)
         # (the closures must not refer to self: no cycle, so that garbage collection closes it)
         # the flow by value (not a ray.put reference): a replacement actor then gets it from
         # this process, never from the object store of a node that died
         ds, seed, stage = self.ds, _rng.get_seed(), type(self).__name__
-        prefetch, threads = self.num_prefetch, cluster.actor_threads(self.actor_options)
+        prefetch, threads = self.num_prefetch, session.actor_threads(self.actor_options)
         seeds = [globals_seed(self, i) for i in range(self.num_workers)]
 
         def make_args(i: int, start: tuple[Any, int] | None) -> tuple:
             return (ds, i, seed, stage, start, prefetch, threads, seeds[i])
 
         starts = [self._worker_start(i) for i in range(self.num_workers)]
-        self._slots = slots = cluster.ActorSlots(ray, _RunnerActor, self.num_workers,
+        self._slots = slots = actors.ActorSlots(ray, _RunnerActor, self.num_workers,
                                          self.actor_options, stage)
         slots.start(lambda i: make_args(i, starts[i]))
         transport = _RayRunnerTransport(slots, make_args, [s or (None, 0) for s in starts],
@@ -220,7 +221,7 @@ class RayRunner(cluster.ActorPool, RunnerBase):
             self._slots.kill_all()
             self._slots = None
         owned, self._owns_ray = self._owns_ray, False
-        cluster.release_ray(owned)
+        session.release_ray(owned)
 
 
 class _ClosedTransport:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from dataflow._protobuf import varint as _varint
+from dataflow.serialize._protobuf import varint as _varint
 from dataflow.serialize.lmdb_data import LMDBData, LMDBDataDecoder
 
 __all__ = ["CaffeLMDB", "parse_datum"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dataflow.errors import ShardReadError
-from dataflow.streaming.storage import StorageClient, TransientError, is_transient
+from dataflow.streaming.storage.base import StorageClient, TransientError, is_transient
 
 if TYPE_CHECKING:
     from dataflow.streaming.cache import Claim

@@ -15,7 +15,7 @@ from dataflow.state import check_state, decode_items, encode_items
 __all__ = ["BatchData", "BatchDataByShape", "stack_component"]
 
 try:  # the optional C extension: copies equal arrays into the batch, one memcpy each
-    from dataflow._stack import fill as _fill
+    from dataflow.wrappers._stack import fill as _fill
 except ImportError:  # not built (no C compiler): NumPy stacks alone
     _fill = None
 

@@ -35,8 +35,8 @@ high-water mark bounds the number of *messages* in flight, and a segment's messa
 
 from __future__ import annotations
 
-from dataflow.parallel._ring import RING_BYTES, Ring
-from dataflow.parallel._segments import (
+from dataflow.parallel.shared_memory._ring import RING_BYTES, Ring
+from dataflow.parallel.shared_memory._segments import (
     MAX_IN_FLIGHT_BYTES,
     MIN_FREE_BYTES,
     SHM_DIR,
@@ -46,7 +46,7 @@ from dataflow.parallel._segments import (
     open_segment,
     shm_available,
 )
-from dataflow.parallel._shm_space import SegmentSpace, SharedMemoryWriter, start_space
+from dataflow.parallel.shared_memory._space import SegmentSpace, SharedMemoryWriter, start_space
 
 __all__ = [
     "MAX_IN_FLIGHT_BYTES",

@@ -6,11 +6,12 @@ inverse DCT and the colour conversion) and, with ``min_size``, lets libjpeg-turb
 by 1/2, 1/4 or 1/8 inside the inverse DCT, picking the coarsest scale at which the window still
 has at least ``min_size`` pixels. ``jpeg_shape(data)`` reads the header only.
 
-Back ends. ``"turbo"`` is the C extension ``dataflow._jpeg``, built by ``pip install`` where a C
-compiler and libjpeg-turbo's headers exist. Without it (``"auto"`` then logs once why) ``"cv2"``
-decodes the whole image with ``cv2.imdecode`` and then crops and scales it, to the same shapes:
-the same pixels for a window at scale 1 (both are libjpeg-turbo with its default settings), a
-different filter for the scaled ones (``cv2.INTER_AREA`` instead of the scaled inverse DCT).
+Back ends. ``"turbo"`` is the C extension ``dataflow.jpeg._jpeg``, built by ``pip install``
+where a C compiler and libjpeg-turbo's headers exist. Without it (``"auto"`` then logs once why)
+``"cv2"`` decodes the whole image with ``cv2.imdecode`` and then crops and scales it, to the
+same shapes: the same pixels for a window at scale 1 (both are libjpeg-turbo with its default
+settings), a different filter for the scaled ones (``cv2.INTER_AREA`` instead of the scaled
+inverse DCT).
 
 Strict by default: corrupt data that libjpeg would decode anyway, with a warning, raises
 :class:`~dataflow.errors.ImageDecodeError`, and so does data with no end-of-image marker after the
@@ -46,10 +47,10 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 try:
-    from dataflow import _jpeg
+    from dataflow.jpeg import _jpeg
 except ImportError as e:  # not built (no compiler or headers at install time) or not loadable
     _jpeg = None
-    _OFF_REASON: str | None = f"the C extension dataflow._jpeg is not available ({e})"
+    _OFF_REASON: str | None = f"the C extension dataflow.jpeg._jpeg is not available ({e})"
 else:
     _OFF_REASON = None
 

@@ -1,7 +1,7 @@
 """Autotuned parallelism: the ``"auto"`` setting (:data:`AUTOTUNE`), the CPU budget that the
 autotuned stages of a pipeline share (:class:`CpuShare`), and a stage's live tuner
 (:class:`StageTuner`), which measures windows of a mapper's run and applies its
-:class:`~dataflow.parallel._controller.Controller`'s worker counts.
+:class:`~dataflow.parallel.autotuning.controller.Controller`'s worker counts.
 
 What the measurements are: a window lasts at least ``WINDOW`` seconds of iteration; its
 ``rate`` is inputs the workers answered per second (bounded by the in-flight limit when the
@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from dataflow.parallel._budget import cpu_budget
-from dataflow.parallel._controller import Controller, Measurement
+from dataflow.parallel.autotuning.budget import cpu_budget
+from dataflow.parallel.autotuning.controller import Controller, Measurement
 
 __all__ = ["AUTOTUNE", "CpuShare", "StageTuner", "default_share", "is_auto", "resolve_buffer",
            "resolve_runner_count"]

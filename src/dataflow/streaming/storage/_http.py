@@ -14,8 +14,9 @@ import re
 import threading
 import urllib.parse
 from collections.abc import Mapping
+from typing import Any
 
-from dataflow.streaming.storage import (
+from dataflow.streaming.storage.base import (
     RangeBody,
     StorageClient,
     TransientError,
@@ -109,6 +110,11 @@ class HTTPClient(StorageClient):
     """``http://`` and ``https://`` objects, read with ``Range`` requests."""
 
     scheme = "http"
+
+    @classmethod
+    def from_options(cls, scheme: str, options: Mapping[str, Any], timeout: float
+                     ) -> HTTPClient:
+        return cls(timeout=timeout, headers=options.get("headers"))
 
     def __init__(self, timeout: float = 30.0, headers: Mapping[str, str] | None = None) -> None:
         self._timeout = timeout

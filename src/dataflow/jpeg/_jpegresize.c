@@ -1,5 +1,5 @@
 /*
- * The resize half of dataflow._jpeg: a bilinear uint8 resize that computes exactly what
+ * The resize half of dataflow.jpeg._jpeg: a bilinear uint8 resize that computes exactly what
  * cv2.resize(src, (new_w, new_h), interpolation=cv2.INTER_LINEAR) computes (the same 11-bit
  * fixed-point weights and the same rounding), for any window of the resized image and from any
  * window of the source that holds the pixels it needs, mirrored (by reversing the columns it

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dataflow._optional import import_optional
-from dataflow.streaming.storage import (
+from dataflow.streaming.storage.base import (
     RangeBody,
     StorageClient,
     TransientError,
@@ -79,6 +79,11 @@ class S3Client(StorageClient):
 
     scheme = "s3"
 
+    @classmethod
+    def from_options(cls, scheme: str, options: Mapping[str, Any], timeout: float
+                     ) -> S3Client:
+        return cls(options, timeout=timeout)
+
     def __init__(self, options: Mapping[str, Any], timeout: float = 30.0) -> None:
         boto3 = import_optional("boto3", "reading s3:// URLs")
         botocore_config = import_optional("botocore.config", "reading s3:// URLs")
@@ -128,7 +133,7 @@ class S3Client(StorageClient):
         except Exception as e:
             if isinstance(e, self._exc.ClientError) and e.response.get("Error", {}).get(
                     "Code") == "InvalidRange":
-                from dataflow.streaming._http import EmptyBody
+                from dataflow.streaming.storage._http import EmptyBody
 
                 return EmptyBody(start)
             raise self._translate(e, url) from e

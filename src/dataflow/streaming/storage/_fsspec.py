@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dataflow._optional import import_optional
-from dataflow.streaming.storage import RangeBody, StorageClient, TransientError
+from dataflow.streaming.storage.base import RangeBody, StorageClient, TransientError
 
 __all__ = ["FsspecClient"]
 
@@ -37,6 +37,11 @@ class _FsspecBody:
 
 class FsspecClient(StorageClient):
     """Objects of ``scheme`` through ``fsspec.filesystem(scheme, **storage_options)``."""
+
+    @classmethod
+    def from_options(cls, scheme: str, options: Mapping[str, Any], timeout: float
+                     ) -> FsspecClient:
+        return cls(scheme, options, timeout=timeout)
 
     def __init__(self, scheme: str, options: Mapping[str, Any], timeout: float = 30.0) -> None:
         fsspec = import_optional("fsspec", f"reading {scheme}:// URLs")

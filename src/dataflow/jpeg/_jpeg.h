@@ -1,6 +1,6 @@
 /*
  * Shared between _jpegmodule.c (decoding) and _jpegresize.c (the bilinear resize kernel) of the
- * dataflow._jpeg extension.
+ * dataflow.jpeg._jpeg extension.
  */
 #ifndef DATAFLOW_JPEG_H
 #define DATAFLOW_JPEG_H

@@ -19,9 +19,9 @@ from collections import deque
 
 # the free-space limits are read through the module at each use (seg.MIN_FREE_BYTES), so
 # that a setting of them applies here too
-from dataflow.parallel import _segments as seg
-from dataflow.parallel import _shm_reaper
-from dataflow.parallel._segments import SHM_DIR
+from dataflow.parallel.shared_memory import _reaper
+from dataflow.parallel.shared_memory import _segments as seg
+from dataflow.parallel.shared_memory._segments import SHM_DIR
 
 __all__ = ["NOT_STARTED", "SegmentSpace", "SharedMemoryWriter", "start_space"]
 
@@ -75,7 +75,7 @@ def _connect(prefix: str) -> socket.socket | None:
     try:
         sock.settimeout(ACCEPT_TIMEOUT)
         sock.connect(_reaper_address(prefix))
-        if sock.recv(1) != _shm_reaper.ACCEPTED:
+        if sock.recv(1) != _reaper.ACCEPTED:
             raise ConnectionRefusedError("the clean-up process no longer accepts writers")
         sock.settimeout(None)  # blocking again: _alive() peeks with MSG_DONTWAIT
     except OSError:
@@ -123,7 +123,7 @@ def _start_reaper(prefix: str) -> tuple[subprocess.Popen, socket.socket]:
         listener.listen(128)
         fds = (listener.fileno(), theirs.fileno())
         proc = subprocess.Popen(
-            [sys.executable, "-S", "-I", _shm_reaper.__file__, *map(str, fds), SHM_DIR, prefix],
+            [sys.executable, "-S", "-I", _reaper.__file__, *map(str, fds), SHM_DIR, prefix],
             pass_fds=fds, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             start_new_session=True,
         )

@@ -1,5 +1,5 @@
 /*
- * dataflow._jpeg: region-of-interest JPEG decoding on libjpeg-turbo's own API.
+ * dataflow.jpeg._jpeg: region-of-interest JPEG decoding on libjpeg-turbo's own API.
  *
  * Two functions, wrapped by dataflow/jpeg.py (which validates the arguments and allocates the
  * output array):
@@ -21,7 +21,7 @@
  * e.g. a premature end of the data, which it fills with grey) is an error, and so is data with
  * no end-of-image marker after the start of the first scan (a truncated file whose missing
  * part lies below the window, which the decoder never reads). Errors raise
- * dataflow._jpeg.DecodeError (a ValueError) with libjpeg's message.
+ * dataflow.jpeg._jpeg.DecodeError (a ValueError) with libjpeg's message.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -37,7 +37,7 @@
 #include "_jpeg.h"
 
 #if !defined(LIBJPEG_TURBO_VERSION) || !defined(JCS_EXTENSIONS)
-#error "dataflow._jpeg needs libjpeg-turbo (jpeg_crop_scanline, jpeg_skip_scanlines, JCS_EXT_BGR)"
+#error "dataflow.jpeg._jpeg needs libjpeg-turbo (jpeg_crop_scanline, jpeg_skip_scanlines, JCS_EXT_BGR)"
 #endif
 
 static PyObject *DecodeError;
@@ -472,7 +472,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "dataflow._jpeg",
+    PyModuleDef_HEAD_INIT, "dataflow.jpeg._jpeg",
     "Region-of-interest JPEG decoding on libjpeg-turbo (see dataflow.jpeg).", -1, methods,
 };
 
@@ -487,7 +487,7 @@ PyMODINIT_FUNC PyInit__jpeg(void) {
         PyErr_SetString(PyExc_OSError, "pthread_key_create failed");
         return NULL;
     }
-    DecodeError = PyErr_NewException("dataflow._jpeg.DecodeError", PyExc_ValueError, NULL);
+    DecodeError = PyErr_NewException("dataflow.jpeg._jpeg.DecodeError", PyExc_ValueError, NULL);
     if (DecodeError == NULL || PyModule_AddObjectRef(m, "DecodeError", DecodeError) < 0) {
         Py_DECREF(m);
         return NULL;

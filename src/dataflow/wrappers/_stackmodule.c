@@ -1,4 +1,4 @@
-/* dataflow._stack: the fast path of BatchData's stacking.
+/* dataflow.wrappers._stack: the fast path of BatchData's stacking.
  *
  * fill(out, values, first) copies the memory of each element of `values` into consecutive
  * slots of `out` (a new C-contiguous array of shape (len(values), *first.shape) and first's
@@ -87,7 +87,7 @@ static PyMethodDef methods[] = {
 };
 
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "dataflow._stack",
+    PyModuleDef_HEAD_INIT, "dataflow.wrappers._stack",
     "The fast path of BatchData's stacking (see fill).", -1, methods,
 };
 
