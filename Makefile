@@ -4,7 +4,7 @@
 #                 and a per-stage profile
 #   make test  -- everything in .venv (every extra, TensorFlow included, and the test group),
 #                 then ruff, mypy and the test suite
-# Both installs build the C extension dataflow._jpeg (the libjpeg-turbo region decoder) in
+# Both installs build the C extension dataflow.jpeg._jpeg (the libjpeg-turbo region decoder) in
 # place; run as root on Debian/Ubuntu, they first install the compiler and headers it needs if
 # they are missing (see jpeg-build-deps below). `make test` then checks that it was built.
 PYTHON ?= python3
@@ -14,8 +14,8 @@ STAMP := $(VENV)/.installed
 DEMO_VENV ?= .venv-demo
 DEMO_PY := $(DEMO_VENV)/bin/python
 DEMO_STAMP := $(DEMO_VENV)/.installed
-JPEG_SOURCES := setup.py src/dataflow/_jpegmodule.c src/dataflow/_jpegresize.c \
-	src/dataflow/_jpeg.h src/dataflow/_stackmodule.c
+JPEG_SOURCES := setup.py src/dataflow/jpeg/_jpegmodule.c src/dataflow/jpeg/_jpegresize.c \
+	src/dataflow/jpeg/_jpeg.h src/dataflow/wrappers/_stackmodule.c
 
 .PHONY: demo test lint clean jpeg-build-deps
 
@@ -50,7 +50,7 @@ jpeg-build-deps:
 demo: $(DEMO_STAMP)
 	$(DEMO_PY) -m dataflow demo
 
-# DATAFLOW_EXPECT_JPEG_EXT: tests/test_jpeg.py fails if dataflow._jpeg did not build
+# DATAFLOW_EXPECT_JPEG_EXT: tests/test_jpeg.py fails if dataflow.jpeg._jpeg did not build
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy src

@@ -1,12 +1,12 @@
-"""Builds the optional C extensions ``dataflow._jpeg`` (region-of-interest JPEG decoding on
-libjpeg-turbo) and ``dataflow._stack`` (BatchData's stacking of equal arrays, plain C); everything
+"""Builds the optional C extensions ``dataflow.jpeg._jpeg`` (region-of-interest JPEG decoding on
+libjpeg-turbo) and ``dataflow.wrappers._stack`` (BatchData's stacking of equal arrays, plain C); everything
 else is declared in pyproject.toml.
 
 The extension needs a C compiler and libjpeg-turbo's headers (Debian/Ubuntu:
 ``apt-get install libjpeg62-turbo-dev`` or ``libjpeg-turbo8-dev``; Fedora:
 ``libjpeg-turbo-devel``). Where either is missing the build goes on without it and prints why;
 ``dataflow.jpeg`` then decodes whole images with OpenCV and logs once that the fast path is off.
-Without ``dataflow._stack`` (no compiler), BatchData stacks with NumPy alone.
+Without ``dataflow.wrappers._stack`` (no compiler), BatchData stacks with NumPy alone.
 ``DATAFLOW_REQUIRE_JPEG_EXT=1`` turns a failed build of either into an error (``make test`` sets
 it).
 """
@@ -45,15 +45,15 @@ class OptionalBuildExt(build_ext):
         super().copy_extensions_to_source()
 
     @staticmethod
-    def _skip(e: Exception, name: str = "dataflow._jpeg") -> None:
+    def _skip(e: Exception, name: str = "dataflow.jpeg._jpeg") -> None:
         if REQUIRE:
             raise e
-        if name == "dataflow._stack":
-            print(f"WARNING: dataflow._stack was not built ({type(e).__name__}: {e}); "
+        if name == "dataflow.wrappers._stack":
+            print(f"WARNING: dataflow.wrappers._stack was not built ({type(e).__name__}: {e}); "
                   "BatchData stacks with NumPy alone.", file=sys.stderr)
             return
         print(
-            "WARNING: dataflow._jpeg (the libjpeg-turbo region decoder) was not built "
+            "WARNING: dataflow.jpeg._jpeg (the libjpeg-turbo region decoder) was not built "
             f"({type(e).__name__}: {e}); dataflow.jpeg falls back to decoding whole images with "
             "OpenCV. Install a C compiler and libjpeg-turbo's headers (e.g. apt-get install "
             "libjpeg62-turbo-dev) and reinstall to build it.",
@@ -64,13 +64,13 @@ class OptionalBuildExt(build_ext):
 setup(
     ext_modules=[
         Extension(
-            "dataflow._jpeg",
-            sources=["src/dataflow/_jpegmodule.c", "src/dataflow/_jpegresize.c"],
-            depends=["src/dataflow/_jpeg.h"],
+            "dataflow.jpeg._jpeg",
+            sources=["src/dataflow/jpeg/_jpegmodule.c", "src/dataflow/jpeg/_jpegresize.c"],
+            depends=["src/dataflow/jpeg/_jpeg.h"],
             libraries=["jpeg", "m", "pthread"],
             extra_compile_args=["-O3"],
         ),
-        Extension("dataflow._stack", sources=["src/dataflow/_stackmodule.c"],
+        Extension("dataflow.wrappers._stack", sources=["src/dataflow/wrappers/_stackmodule.c"],
                   extra_compile_args=["-O3"]),
     ],
     cmdclass={"build_ext": OptionalBuildExt},

@@ -97,8 +97,9 @@ def measure(impl: str) -> dict:
         if impl == "tensorpack":
             from tensorpack.dataflow import AugmentImageComponent, DataFromList, imgaug
         else:
-            from dataflow import DataFromList, imgaug
             from dataflow.image import AugmentImageComponent
+
+            from dataflow import DataFromList, imgaug
 
         def chain():
             return [imgaug.ResizeShortestEdge(256), imgaug.CenterCrop(224),

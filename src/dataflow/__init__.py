@@ -1,5 +1,16 @@
 """dataflow: a drop-in, modern reimplementation of ``tensorpack.dataflow``.
 
+The layers, bottom up. A module imports its own layer and the layers below it, never above, and
+no import cycle exists, not even through imports inside functions (``tests/test_layout.py``):
+
+  core (root files)   base, state, rng, errors, validation, policy, sources, sharding, profiler
+  jpeg/ -> imgaug/    the JPEG decoder and its C code; augmentors (sample) and transforms (apply)
+  wrappers/           map, batch (+ its C stacker), shuffle, repeat, combine, cache, debug, image
+  parallel/           the engine, shared_memory/, autotuning/; back ends that import only the engine
+  serialize/ -> streaming/   file formats; shards from object storage (storage/: a scheme table)
+  dataset/ ray/ input_source/   dataset loaders, the Ray back end, TensorFlow input sources
+  torch, jax, demo, __main__, __init__, _legacy (old paths); utils/: tensorpack's face on top
+
 ``import dataflow as df`` gives tensorpack.dataflow's names: the core protocol, sources,
 wrappers, parallel runners and mappers, serializers and format readers, and image flows. The
 subpackages ``dataflow.imgaug`` (needs OpenCV), ``dataflow.dataset`` and
@@ -9,14 +20,16 @@ subpackages ``dataflow.imgaug`` (needs OpenCV), ``dataflow.dataset`` and
 ``from dataflow import *`` gives tensorpack's star import: ``__all__`` holds tensorpack's
 names, ``dataset`` and ``imgaug`` included (the star import loads those two; without OpenCV,
 ``imgaug`` is then a placeholder whose first attribute raises the ``ImportError`` naming the
-extra, so the star import still works for code that uses no augmentor). The standalone
-``dataflow`` package's paths work too: ``dataflow.dataflow.<module>`` is ``dataflow.<module>``
-and ``dataflow.utils.<module>`` holds tensorpack's ``utils`` modules.
+extra, so the star import still works for code that uses no augmentor). tensorpack's module
+paths (``dataflow.common``, ``dataflow.image``, ...) and the standalone ``dataflow`` package's
+``dataflow.dataflow.<module>`` are the modules of today's tree, served by one table
+(:mod:`dataflow._legacy`); ``dataflow.utils.<module>`` holds tensorpack's ``utils`` modules.
 """
 
 import importlib as _importlib
 import types as _types
 
+from dataflow import _legacy
 from dataflow._version import __version__
 from dataflow.base import DataFlow, ProxyDataFlow, RNGDataFlow
 from dataflow.errors import (
@@ -74,12 +87,16 @@ from dataflow.sources import (
 )
 from dataflow.state import StateMismatchError
 from dataflow.wrappers import (
+    AugmentImageComponent,
+    AugmentImageComponents,
+    AugmentImageCoordinates,
     BatchData,
     BatchDataByShape,
     CacheData,
     ConcatData,
     FilterData,
     FixedSizeData,
+    ImageFromFile,
     JoinData,
     LocallyShuffleData,
     MapData,
@@ -92,16 +109,12 @@ from dataflow.wrappers import (
     SelectComponent,
     TestDataSpeed,
 )
-from dataflow.wrappers.image import (
-    AugmentImageComponent,
-    AugmentImageComponents,
-    AugmentImageCoordinates,
-    ImageFromFile,
-)
+
+_legacy.install()  # tensorpack's old module paths (see dataflow._legacy)
 
 # submodules loaded on first access; "dataset" and "imgaug" are also in __all__ (tensorpack's
 # star import has them), so `from dataflow import *` loads those two
-_LAZY_SUBMODULES = ("dataflow", "dataset", "imgaug", "input_source", "jax", "ray", "streaming",
+_LAZY_SUBMODULES = ("dataset", "imgaug", "input_source", "jax", "ray", "streaming",
                     "torch")
 # names loaded from a lazy submodule on first access
 _LAZY_NAMES = {"StreamingShards": "streaming", "TarShardSerializer": "streaming"}
@@ -136,6 +149,8 @@ def __getattr__(name: str):
             return _MissingBackend(f"dataflow.{name}", e)  # not cached: a later install works
         globals()[name] = module
         return module
+    if _legacy.real_name(f"dataflow.{name}") is not None:  # an old path: dataflow.image, ...
+        return _importlib.import_module(f"dataflow.{name}")
     raise AttributeError(f"module 'dataflow' has no attribute {name!r}")
 
 
