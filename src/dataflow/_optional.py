@@ -2,14 +2,24 @@
 
 A missing optional package raises an ``ImportError`` that names what needed it, the package,
 and the command that installs it (usually an extra of ``dataflow-reloaded``).
+
+OpenCV is imported through :func:`import_cv2` (by the augmentors, the image flows and the JPEG
+decoder's fallback), which also makes its thread pool fork-safe. With OpenCV 5, once the parent
+has run a parallel operation (its thread pool is up), a forked child that calls
+``cv2.setNumThreads`` blocks forever: it waits for pool threads that were not copied by
+``fork`` (worker start-up code and PyTorch-style ``worker_init_fn`` do exactly that). So around
+every ``fork`` the pool is stopped (``setNumThreads(1)`` in the parent just before), and the
+previous thread count is restored right after, in the parent and in the child; the child then
+starts a fresh pool of its own when it needs one.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
-__all__ = ["EXTRAS", "import_optional"]
+__all__ = ["EXTRAS", "import_cv2", "import_optional", "install_hint"]
 
 #: importable module -> (its name for people, the extra of dataflow-reloaded that installs it,
 #: or the pip command for packages that no extra installs)
@@ -43,3 +53,47 @@ def import_optional(module: str, what: str) -> Any:
         raise ImportError(
             f"{what} needs {name}, which is not installed: {install_hint(module)}"
         ) from e
+
+
+_saved_threads: list[int] = []
+_fork_hooks_installed = False
+
+
+def import_cv2(what: str = "dataflow.imgaug") -> Any:
+    """``cv2``, with its thread pool stopped around every ``fork``, or an ImportError saying
+    that ``what`` needs it and how to install it."""
+    global _fork_hooks_installed
+    try:
+        import cv2
+    except ImportError as e:
+        raise ImportError(
+            f"{what} needs OpenCV (`cv2`), which is not installed; install it with "
+            f"{install_hint('cv2')}"
+        ) from e
+    if not _fork_hooks_installed and hasattr(os, "register_at_fork"):
+        _fork_hooks_installed = True
+        os.register_at_fork(
+            before=lambda: _stop_pool_before_fork(cv2),
+            after_in_parent=lambda: _restore_pool_after_fork(cv2),
+            after_in_child=lambda: _restore_pool_after_fork(cv2),
+        )
+    return cv2
+
+
+def _stop_pool_before_fork(cv2: Any) -> None:
+    try:
+        n = cv2.getNumThreads()
+        if n != 1:
+            cv2.setNumThreads(1)
+            _saved_threads.append(n)
+    except Exception:  # never break a fork
+        pass
+
+
+def _restore_pool_after_fork(cv2: Any) -> None:
+    if _saved_threads:
+        n = _saved_threads.pop()
+        try:
+            cv2.setNumThreads(n)
+        except Exception:  # never break a fork
+            pass

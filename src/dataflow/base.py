@@ -22,7 +22,6 @@ a subclass that only defines ``get_data``/``size`` gets ``__iter__``/``__len__``
 from __future__ import annotations
 
 import functools
-import threading
 from abc import ABCMeta, abstractmethod
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -32,12 +31,18 @@ import numpy as np
 from dataflow import rng as _rng
 from dataflow.errors import (
     DataFlowError,
-    DataFlowReentrantError,
     DataFlowTerminated,
     StateMismatchError,
     UnknownLengthError,
 )
-from dataflow.state import ReplayState, check_state, replaying_iter, rng_from_state, rng_state
+from dataflow.state import (
+    DataFlowReentrantGuard,
+    ReplayState,
+    check_state,
+    replaying_iter,
+    rng_from_state,
+    rng_state,
+)
 
 __all__ = [
     "DataFlow",
@@ -46,40 +51,6 @@ __all__ = [
     "ProxyDataFlow",
     "RNGDataFlow",
 ]
-
-
-class DataFlowReentrantGuard:
-    """Guards an iteration against a second, concurrent one of the same flow.
-
-    Entering while held raises :class:`DataFlowReentrantError`, a ``RuntimeError``.
-    """
-
-    __slots__ = ("_lock", "_owner")
-
-    def __init__(self, owner: str = "This DataFlow") -> None:
-        self._owner = owner
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> DataFlowReentrantGuard:
-        if not self._lock.acquire(blocking=False):
-            raise DataFlowReentrantError(
-                f"{self._owner} is not reentrant: it is already being iterated. Finish or close "
-                "the previous iterator first (for example `it.close()`, or let the `for` loop "
-                "end), or build a separate instance for each consumer."
-            )
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._lock.release()
-
-    def check(self) -> None:
-        """Raise now (not at the first ``next()``) if an iteration is alive: a flow calls it
-        before its ``__iter__`` begins an epoch, so that a refused iteration changes nothing."""
-        if self._lock.locked():
-            self.__enter__()  # raises
-
-    def __reduce__(self):  # a lock cannot be pickled; a copy starts unlocked
-        return (DataFlowReentrantGuard, (self._owner,))
 
 
 class DataFlowMeta(ABCMeta):

@@ -53,7 +53,7 @@ import numpy as np
 
 from dataflow._optional import import_optional
 from dataflow.base import DataFlow
-from dataflow.utils import map_numeric_arrays
+from dataflow.wrappers.batch import map_numeric_arrays
 
 __all__ = ["JaxIterator", "to_jax"]
 

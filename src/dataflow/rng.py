@@ -204,8 +204,11 @@ def epoch_rng(seq: np.random.SeedSequence, epoch: int) -> np.random.RandomState:
 
 
 def name_key(obj: Any) -> tuple[int]:
-    """A path for an object that no pipeline placed: derived from its class name."""
-    name = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    """A path for an object that no pipeline placed: derived from its class's name. A class may
+    pin that name with a ``seed_name`` attribute of its own (this package's augmentors do, so
+    that moving a file changes no seeded output); else it is the module and qualified name."""
+    cls = type(obj)
+    name = cls.__dict__.get("seed_name") or f"{cls.__module__}.{cls.__qualname__}"
     return (zlib.crc32(name.encode()),)
 
 

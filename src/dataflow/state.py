@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import base64
 import functools
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from dataflow.errors import StateMismatchError
+from dataflow.errors import DataFlowReentrantError, StateMismatchError
 
 __all__ = [
     "CHILD",
@@ -184,6 +185,40 @@ def rng_from_state(state: dict[str, Any]) -> Any:
     return rng
 
 
+class DataFlowReentrantGuard:
+    """Guards an iteration against a second, concurrent one of the same flow.
+
+    Entering while held raises :class:`DataFlowReentrantError`, a ``RuntimeError``.
+    """
+
+    __slots__ = ("_lock", "_owner")
+
+    def __init__(self, owner: str = "This DataFlow") -> None:
+        self._owner = owner
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> DataFlowReentrantGuard:
+        if not self._lock.acquire(blocking=False):
+            raise DataFlowReentrantError(
+                f"{self._owner} is not reentrant: it is already being iterated. Finish or close "
+                "the previous iterator first (for example `it.close()`, or let the `for` loop "
+                "end), or build a separate instance for each consumer."
+            )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+    def check(self) -> None:
+        """Raise now (not at the first ``next()``) if an iteration is alive: a flow calls it
+        before its ``__iter__`` begins an epoch, so that a refused iteration changes nothing."""
+        if self._lock.locked():
+            self.__enter__()  # raises
+
+    def __reduce__(self):  # a lock cannot be pickled; a copy starts unlocked
+        return (DataFlowReentrantGuard, (self._owner,))
+
+
 class Pacer:
     """How often a stage may save a state that costs time: at most one ``1/ratio`` of the time
     goes to saving. ``due()`` says whether it is time; ``saved(start)`` records one that began at
@@ -264,8 +299,6 @@ class ReaderState(EpochCounter):
 
     def _init_reader(self, shuffle: bool, seed: int | None) -> None:
         """The reader's settings (its counters start at their class defaults)."""
-        from dataflow.base import DataFlowReentrantGuard
-
         self._shuffle = bool(shuffle)
         self.seed = seed
         self._guard = DataFlowReentrantGuard(type(self).__name__)

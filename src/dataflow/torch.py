@@ -72,7 +72,7 @@ import numpy as np
 from dataflow._optional import import_optional
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowError
-from dataflow.utils import map_numeric_arrays
+from dataflow.wrappers.batch import map_numeric_arrays
 
 __all__ = ["to_torch"]  # DataFlowIterableDataset: defined on first access (needs torch)
 

@@ -76,6 +76,27 @@ def _with_seed(init: Any) -> Any:
     return __init__
 
 
+def builtin(seed_name: str, *, keeps_input: bool = True) -> Any:
+    """Marks an augmentor class of this package with two class attributes, its own (a subclass
+    inherits neither: its draws and its writes are its own):
+
+    * ``seed_name``: the name its random stream is keyed by when it is used alone, outside a
+      pipeline (see :func:`dataflow.rng.name_key`). It is pinned here, not taken from the file
+      the class lives in, so that moving a file changes no seeded output.
+    * ``keeps_input``: its transforms never write into the image they are given, so the image
+      flows may hand it a datapoint's array without a copy (``MapImage``, ``Albumentations`` and
+      ``IAAugmentor`` run the user's code: ``False``).
+    """
+
+    def mark(cls: type) -> type:
+        cls.seed_name = seed_name  # type: ignore[attr-defined]
+        cls.keeps_input = keeps_input  # type: ignore[attr-defined]
+        return cls
+
+    return mark
+
+
+@builtin("dataflow.imgaug.base.ImageAugmentor")
 class ImageAugmentor:
     """Base class of augmentors. Subclasses implement ``get_transform(img)``.
 
@@ -293,6 +314,7 @@ class _LegacyTransform(Transform):
     __str__ = __repr__
 
 
+@builtin("dataflow.imgaug.base.AugmentorList")
 class AugmentorList(ImageAugmentor):
     """Applies ``augmentors`` in order; each one sees the image produced by the previous ones.
 
@@ -399,6 +421,7 @@ class _BoundAugment:
         self.aug, self.params = state
 
 
+@builtin("dataflow.imgaug.base.PhotometricAugmentor")
 class PhotometricAugmentor(ImageAugmentor):
     """An augmentor that changes pixel values only; coordinates are unchanged.
 

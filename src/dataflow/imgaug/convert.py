@@ -8,11 +8,12 @@ import numpy as np
 
 from dataflow.imgaug import functional as fn
 from dataflow.imgaug._cv2 import cv2
-from dataflow.imgaug.base import PhotometricAugmentor
+from dataflow.imgaug.base import PhotometricAugmentor, builtin
 
 __all__ = ["ColorSpace", "Grayscale", "ToFloat32", "ToUint8"]
 
 
+@builtin("dataflow.imgaug.convert.ColorSpace")
 class ColorSpace(PhotometricAugmentor):
     """``cv2.cvtColor(img, mode)``; with ``keepdims`` a channel axis dropped by OpenCV is put
     back (``(h, w, 1)``). float64 images are converted in float32 and cast back."""
@@ -25,6 +26,7 @@ class ColorSpace(PhotometricAugmentor):
         return fn.color_convert(img, self.mode, self.keepdims)
 
 
+@builtin("dataflow.imgaug.convert.Grayscale")
 class Grayscale(ColorSpace):
     """Convert a BGR (or RGB, with ``rgb=True``) image to gray. ``keepdims`` keeps an
     ``(h, w, 1)`` shape; ``keepshape`` tiles the result to 3 channels (needs ``keepdims``)."""
@@ -46,6 +48,7 @@ class Grayscale(ColorSpace):
         return out
 
 
+@builtin("dataflow.imgaug.convert.ToUint8")
 class ToUint8(PhotometricAugmentor):
     """Clip to [0, 255] and cast to uint8, truncating the fraction as tensorpack does
     (``np.clip(img, 0, 255).astype(np.uint8)``: 254.9 becomes 254). ``round=True`` rounds to
@@ -66,6 +69,7 @@ class ToUint8(PhotometricAugmentor):
         return np.clip(img, 0, 255).astype(np.uint8)
 
 
+@builtin("dataflow.imgaug.convert.ToFloat32")
 class ToFloat32(PhotometricAugmentor):
     """Cast to float32 (values unchanged)."""
 

@@ -10,7 +10,7 @@ import numpy as np
 from dataflow.imgaug import functional as fn
 from dataflow.imgaug._args import check_fits, pair, shape2d
 from dataflow.imgaug._cv2 import cv2
-from dataflow.imgaug.base import ImageAugmentor
+from dataflow.imgaug.base import ImageAugmentor, builtin
 from dataflow.imgaug.misc import _shortest_edge_size
 from dataflow.imgaug.transform import (
     BaseTransform,
@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 
+@builtin("dataflow.imgaug.crop.RandomCrop")
 class RandomCrop(ImageAugmentor):
     """Crop a ``crop_shape`` (int or ``(h, w)``) window at a uniform random position; every
     offset in ``[0, H - h] x [0, W - w]`` is possible."""
@@ -57,6 +58,7 @@ class RandomCrop(ImageAugmentor):
         return fn.crop(img, y0, x0, h, w)
 
 
+@builtin("dataflow.imgaug.crop.CenterCrop")
 class CenterCrop(ImageAugmentor):
     """Crop the centre ``crop_shape`` window at ``(int((H - h) / 2), int((W - w) / 2))``."""
 
@@ -81,6 +83,7 @@ class CenterCrop(ImageAugmentor):
         return fn.crop(img, int((ih - h) / 2), int((iw - w) / 2), h, w)
 
 
+@builtin("dataflow.imgaug.crop.RandomCropRandomShape")
 class RandomCropRandomShape(ImageAugmentor):
     """Crop a random ``h in [hmin, hmax]``, ``w in [wmin, wmax]`` window (inclusive; the maxima
     default to the image size) at a random position.
@@ -123,6 +126,7 @@ class RandomCropRandomShape(ImageAugmentor):
         return CropTransform(y0, x0, h, w)
 
 
+@builtin("dataflow.imgaug.crop.GoogleNetRandomCropAndResize")
 class GoogleNetRandomCropAndResize(ImageAugmentor):
     """The Inception-style crop: up to 10 tries of a crop with area fraction uniform in
     ``crop_area_fraction`` and aspect ratio uniform in ``aspect_ratio_range`` (sides rounded,
@@ -174,6 +178,7 @@ class GoogleNetRandomCropAndResize(ImageAugmentor):
         )
 
 
+@builtin("dataflow.imgaug.crop.RandomCutout")
 class RandomCutout(ImageAugmentor):
     """Fill a random rectangle with ``fill`` (on a copy; tensorpack wrote into the input).
 

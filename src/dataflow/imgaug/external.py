@@ -12,7 +12,7 @@ import numpy as np
 
 from dataflow._optional import import_optional
 from dataflow.imgaug import functional as fn
-from dataflow.imgaug.base import ImageAugmentor
+from dataflow.imgaug.base import ImageAugmentor, builtin
 from dataflow.imgaug.transform import BaseTransform, Transform
 
 __all__ = ["Albumentations", "AlbumentationsTransform", "IAATransform", "IAAugmentor"]
@@ -40,6 +40,7 @@ class IAATransform(Transform):
         return np.asarray([[p.x, p.y] for p in out], dtype=coords.dtype).reshape(-1, 2)
 
 
+@builtin("dataflow.imgaug.external.IAAugmentor", keeps_input=False)
 class IAAugmentor(ImageAugmentor):
     """Wrap an aleju ``imgaug`` augmenter; one ``to_deterministic()`` copy per image.
     Keypoints go through its Keypoint API (documented by it as approximate)."""
@@ -63,6 +64,7 @@ class AlbumentationsTransform(Transform):
         return self.aug.apply(img, **self.params)
 
 
+@builtin("dataflow.imgaug.external.Albumentations", keeps_input=False)
 class Albumentations(ImageAugmentor):
     """Wrap an ``albumentations`` transform: parameters are drawn once per image (from
     albumentations' own random state), the image goes through ``aug.apply(img, **params)``.

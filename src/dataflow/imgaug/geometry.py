@@ -10,7 +10,7 @@ import numpy as np
 from dataflow.imgaug import functional as fn
 from dataflow.imgaug._args import pair
 from dataflow.imgaug._cv2 import cv2
-from dataflow.imgaug.base import ImageAugmentor
+from dataflow.imgaug.base import ImageAugmentor, builtin
 from dataflow.imgaug.transform import (
     BaseTransform,
     CropTransform,
@@ -29,6 +29,7 @@ def _check_step(max_deg: float, step_deg: float | None) -> None:
         )
 
 
+@builtin("dataflow.imgaug.geometry.Shift")
 class Shift(ImageAugmentor):
     """Shift by an integer number of pixels, uniform in ``+-frac * size``; same output size."""
 
@@ -57,6 +58,7 @@ class Shift(ImageAugmentor):
         )
 
 
+@builtin("dataflow.imgaug.geometry.Rotation")
 class Rotation(ImageAugmentor):
     """Rotate by an angle uniform in ``+-max_deg`` (floored to a multiple of ``step_deg``,
     which needs ``max_deg=180``) about a centre at ``size * uniform(center_range)`` per axis;
@@ -91,6 +93,7 @@ class Rotation(ImageAugmentor):
         return WarpAffineTransform(mat, (w, h), self.interp, self.border, self.border_value)
 
 
+@builtin("dataflow.imgaug.geometry.RotationAndCropValid")
 class RotationAndCropValid(ImageAugmentor):
     """Rotate about the centre by an angle uniform in ``+-max_deg``, then crop the largest
     axis-aligned rectangle that holds no border pixels (output shapes vary)."""
@@ -138,6 +141,7 @@ class RotationAndCropValid(ImageAugmentor):
         return math.floor(wr + 1e-6), math.floor(hr + 1e-6)
 
 
+@builtin("dataflow.imgaug.geometry.Affine")
 class Affine(ImageAugmentor):
     """Random affine: scale uniform in ``scale``, translation ``round(uniform(+-frac) * size)``,
     rotation uniform in ``+-rotate_max_deg`` and shear uniform in ``+-shear`` degrees, about the

@@ -15,7 +15,7 @@ import numpy as np
 
 from dataflow.imgaug import functional as fn
 from dataflow.imgaug._args import pair
-from dataflow.imgaug.base import PhotometricAugmentor
+from dataflow.imgaug.base import PhotometricAugmentor, builtin
 from dataflow.imgaug.transform import BaseTransform, PhotometricTransform
 
 __all__ = [
@@ -52,6 +52,7 @@ def _need_channels(img: np.ndarray, n: int, who: str) -> None:
         )
 
 
+@builtin("dataflow.imgaug.imgproc.Hue")
 class Hue(PhotometricAugmentor):
     """Shift the hue by ``uniform(range)`` in OpenCV units (180 per turn; useful range +-90)."""
 
@@ -68,6 +69,7 @@ class Hue(PhotometricAugmentor):
         return fn.hue_shift(img, offset, self.rgb)
 
 
+@builtin("dataflow.imgaug.imgproc.Brightness")
 class Brightness(PhotometricAugmentor):
     """Add ``uniform(-delta, delta)``; clip to [0, 255] if ``clip`` (always for uint8)."""
 
@@ -100,6 +102,7 @@ class Brightness(PhotometricAugmentor):
         return fn.add_scalar(img, self._uniform(-self.delta, self.delta), self.clip)
 
 
+@builtin("dataflow.imgaug.imgproc.BrightnessScale")
 class BrightnessScale(PhotometricAugmentor):
     """Multiply by ``uniform(range)``; clip to [0, 255] if ``clip`` (always for uint8)."""
 
@@ -117,6 +120,7 @@ class BrightnessScale(PhotometricAugmentor):
         return fn.multiply(img, v, self.clip)
 
 
+@builtin("dataflow.imgaug.imgproc.Contrast")
 class Contrast(PhotometricAugmentor):
     """``x * r + mean * (1 - r)`` with ``r = uniform(factor_range)``; the mean is per channel
     (``rgb=None``), of the gray image (``rgb`` True/False, 3-channel images) or global."""
@@ -135,6 +139,7 @@ class Contrast(PhotometricAugmentor):
         return fn.contrast(img, r, self.rgb, self.clip)
 
 
+@builtin("dataflow.imgaug.imgproc.MeanVarianceNormalize")
 class MeanVarianceNormalize(PhotometricAugmentor):
     """float32 ``(x - mean) / max(std, 1 / sqrt(numel))``, globally or per channel."""
 
@@ -146,6 +151,7 @@ class MeanVarianceNormalize(PhotometricAugmentor):
         return fn.mean_variance_normalize(img, self.all_channel)
 
 
+@builtin("dataflow.imgaug.imgproc.GaussianBlur")
 class GaussianBlur(PhotometricAugmentor):
     """Blur with a ``(2k+1)`` kernel, ``k = randint(*size_range)`` (high exclusive) per axis and
     sigma uniform in ``sigma_range`` per axis (0: OpenCV's default for the kernel size);
@@ -183,6 +189,7 @@ class GaussianBlur(PhotometricAugmentor):
         return fn.gaussian_blur(img, *p)
 
 
+@builtin("dataflow.imgaug.imgproc.Gamma")
 class Gamma(PhotometricAugmentor):
     """``255 * (x / 255) ** (1 / (1 + g))``, ``g = uniform(range)``, on values clipped to
     [0, 255]. Float images keep their precision (tensorpack cast them through uint8)."""
@@ -203,6 +210,7 @@ class Gamma(PhotometricAugmentor):
         return fn.gamma(img, g)
 
 
+@builtin("dataflow.imgaug.imgproc.Clip")
 class Clip(PhotometricAugmentor):
     """Clip values to ``[min, max]`` keeping the dtype."""
 
@@ -216,6 +224,7 @@ class Clip(PhotometricAugmentor):
         return fn.clip(img, self.min, self.max)
 
 
+@builtin("dataflow.imgaug.imgproc.Saturation")
 class Saturation(PhotometricAugmentor):
     """Blend a 3-channel image with its gray version: factor ``1 + uniform(-alpha, alpha)``."""
 
@@ -233,6 +242,7 @@ class Saturation(PhotometricAugmentor):
         return fn.blend_gray(img, v, self.rgb, self.clip)
 
 
+@builtin("dataflow.imgaug.imgproc.Lighting")
 class Lighting(PhotometricAugmentor):
     """AlexNet-style PCA lighting noise: adds ``eigvec @ (randn(3) * std * eigval)`` to every
     pixel of a 3-channel image (``eigvec`` columns are the eigenvectors)."""
@@ -271,6 +281,7 @@ class Lighting(PhotometricAugmentor):
         return np.clip(np.rint(table), 0, 255).astype(np.uint8)
 
 
+@builtin("dataflow.imgaug.imgproc.MinMaxNormalize")
 class MinMaxNormalize(PhotometricAugmentor):
     """float32 linear rescale of the value range to ``[min, max]`` (a flat image maps to
     ``min``; tensorpack divided by zero)."""

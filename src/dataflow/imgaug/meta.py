@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from dataflow.imgaug.base import ImageAugmentor
+from dataflow.imgaug.base import ImageAugmentor, builtin
 from dataflow.imgaug.transform import (
     BaseTransform,
     NoOpTransform,
@@ -24,6 +24,7 @@ def _check_aug(aug: Any, name: str) -> ImageAugmentor:
     return aug
 
 
+@builtin("dataflow.imgaug.meta.Identity")
 class Identity(ImageAugmentor):
     """Returns a :class:`NoOpTransform`."""
 
@@ -31,6 +32,7 @@ class Identity(ImageAugmentor):
         return NoOpTransform()
 
 
+@builtin("dataflow.imgaug.meta.RandomApplyAug")
 class RandomApplyAug(ImageAugmentor):
     """Apply ``aug``'s transform with probability ``prob``, else nothing."""
 
@@ -46,6 +48,7 @@ class RandomApplyAug(ImageAugmentor):
         return NoOpTransform()
 
 
+@builtin("dataflow.imgaug.meta.RandomChooseAug")
 class RandomChooseAug(ImageAugmentor):
     """Use one augmentor per image, chosen among ``aug_lists``: augmentors (equal chances) or
     ``(augmentor, prob)`` pairs (probabilities are normalized to sum to 1)."""
@@ -72,6 +75,7 @@ class RandomChooseAug(ImageAugmentor):
         return self._augs[idx].get_transform(img)
 
 
+@builtin("dataflow.imgaug.meta.RandomOrderAug")
 class RandomOrderAug(ImageAugmentor):
     """Create every augmentor's transform on the *original* image, then apply them in a random
     order (meant for shape-preserving augmentors)."""
@@ -95,6 +99,7 @@ def _no_coords(coords: np.ndarray) -> np.ndarray:
     )
 
 
+@builtin("dataflow.imgaug.meta.MapImage", keeps_input=False)
 class MapImage(ImageAugmentor):
     """Apply ``func`` to images and ``coord_func`` (if given) to coordinates."""
 

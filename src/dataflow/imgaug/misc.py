@@ -10,7 +10,7 @@ import numpy as np
 from dataflow.imgaug import functional as fn
 from dataflow.imgaug._args import pair, shape2d
 from dataflow.imgaug._cv2 import cv2
-from dataflow.imgaug.base import ImageAugmentor
+from dataflow.imgaug.base import ImageAugmentor, builtin
 from dataflow.imgaug.transform import (
     BaseTransform,
     FlipTransform,
@@ -24,6 +24,7 @@ __all__ = ["Flip", "RandomResize", "Resize", "ResizeShortestEdge", "Transpose"]
 logger = logging.getLogger(__name__)
 
 
+@builtin("dataflow.imgaug.misc.Flip")
 class Flip(ImageAugmentor):
     """Flip horizontally or vertically with probability ``prob``."""
 
@@ -47,6 +48,7 @@ class Flip(ImageAugmentor):
         return fn.flip(img, bool(self.horiz)) if self._uniform() < self.prob else img
 
 
+@builtin("dataflow.imgaug.misc.Resize")
 class Resize(ImageAugmentor):
     """Resize to ``shape`` (an int for a square, or ``(h, w)``)."""
 
@@ -72,6 +74,7 @@ def _shortest_edge_size(h: int, w: int, size: int) -> tuple[int, int]:
     return int(scale * h + 0.5), size
 
 
+@builtin("dataflow.imgaug.misc.ResizeShortestEdge")
 class ResizeShortestEdge(ImageAugmentor):
     """Resize so that the shorter side is ``size`` and the aspect ratio is kept (the longer
     side becomes ``int(scale * L + 0.5)``)."""
@@ -93,6 +96,7 @@ class ResizeShortestEdge(ImageAugmentor):
         return fn.resize(img, new_h, new_w, self.interp)
 
 
+@builtin("dataflow.imgaug.misc.RandomResize")
 class RandomResize(ImageAugmentor):
     """Resize to a random size.
 
@@ -156,6 +160,7 @@ class RandomResize(ImageAugmentor):
         return ResizeTransform(h, w, int(dest_y + 0.5), int(dest_x + 0.5), self.interp)
 
 
+@builtin("dataflow.imgaug.misc.Transpose")
 class Transpose(ImageAugmentor):
     """Swap height and width with probability ``prob``."""
 

@@ -12,13 +12,14 @@ import numpy as np
 
 from dataflow.imgaug import functional as fn
 from dataflow.imgaug._args import pair
-from dataflow.imgaug.base import PhotometricAugmentor
+from dataflow.imgaug.base import PhotometricAugmentor, builtin
 
 __all__ = ["GaussianNoise", "JpegNoise", "SaltPepperNoise"]
 
 _SEED_HIGH = 2**31 - 1
 
 
+@builtin("dataflow.imgaug.noise.JpegNoise")
 class JpegNoise(PhotometricAugmentor):
     """JPEG round trip at quality ``randint(*quality_range)`` (high exclusive). Shape and dtype
     are kept (tensorpack turned gray images into 3 channels); float images are taken to be in
@@ -40,6 +41,7 @@ class JpegNoise(PhotometricAugmentor):
         return fn.jpeg(img, q)
 
 
+@builtin("dataflow.imgaug.noise.GaussianNoise")
 class GaussianNoise(PhotometricAugmentor):
     """Add ``sigma * N(0, 1)`` element-wise noise; clip to [0, 255] if ``clip`` (always for
     uint8)."""
@@ -57,6 +59,7 @@ class GaussianNoise(PhotometricAugmentor):
         return fn.gaussian_noise(img, seed, self.sigma, self.clip)
 
 
+@builtin("dataflow.imgaug.noise.SaltPepperNoise")
 class SaltPepperNoise(PhotometricAugmentor):
     """Set each element (not pixel) to 255 with ``white_prob`` and to 0 with ``black_prob``,
     on a copy (tensorpack wrote into the input)."""

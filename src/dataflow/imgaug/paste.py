@@ -9,7 +9,7 @@ import numpy as np
 
 from dataflow.imgaug import functional as fn
 from dataflow.imgaug._args import shape2d
-from dataflow.imgaug.base import ImageAugmentor
+from dataflow.imgaug.base import ImageAugmentor, builtin
 from dataflow.imgaug.transform import BaseTransform, PasteTransform
 
 __all__ = ["BackgroundFiller", "CenterPaste", "ConstantBackgroundFiller", "RandomPaste"]
@@ -41,6 +41,7 @@ class ConstantBackgroundFiller(BackgroundFiller):
         return f"imgaug.ConstantBackgroundFiller(value={self.value!r})"
 
 
+@builtin("dataflow.imgaug.paste.CenterPaste")
 class CenterPaste(ImageAugmentor):
     """Paste the image in the centre of a ``background_shape`` background (default filler:
     constant 0). Coordinates shift with the image (tensorpack had no coordinate support)."""
@@ -76,6 +77,7 @@ class CenterPaste(ImageAugmentor):
         return PasteTransform(self._shape, y0, x0, self._filler)
 
 
+@builtin("dataflow.imgaug.paste.RandomPaste")
 class RandomPaste(CenterPaste):
     """Paste the image at a uniform random position of a ``background_shape`` background (the
     background may equal the image size; tensorpack needed it strictly larger and failed with

@@ -106,13 +106,36 @@ def preview(
 
 
 # ---------------------------------------------------------------- augmentor specs
-def _eval_node(node: ast.AST) -> Any:
-    from dataflow import imgaug
+def _spec_names() -> dict[str, Any]:
+    """The names a spec may call: the public names of the augmentor modules (those of
+    :mod:`dataflow.imgaug`, taken from its modules, not from the package that imports this
+    one)."""
+    from dataflow.imgaug import (
+        base,
+        boxes,
+        convert,
+        crop,
+        external,
+        geometry,
+        imgproc,
+        meta,
+        misc,
+        noise,
+        paste,
+        transform,
+    )
 
+    modules = (base, boxes, convert, crop, external, geometry, imgproc, meta, misc, noise, paste,
+               transform)
+    return {name: getattr(m, name) for m in modules for name in m.__all__}
+
+
+def _eval_node(node: ast.AST) -> Any:
     if isinstance(node, ast.Call):
-        if not isinstance(node.func, ast.Name) or node.func.id not in imgaug.__all__:
+        names = _spec_names()
+        if not isinstance(node.func, ast.Name) or node.func.id not in names:
             raise ValueError(f"unknown augmentor {ast.unparse(node.func)!r} in the spec.")
-        cls = getattr(imgaug, node.func.id)
+        cls = names[node.func.id]
         args = [_eval_node(a) for a in node.args]
         kwargs = {k.arg: _eval_node(k.value) for k in node.keywords if k.arg is not None}
         return cls(*args, **kwargs)

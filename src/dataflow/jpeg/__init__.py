@@ -47,7 +47,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 try:
-    from dataflow.jpeg import _jpeg
+    from dataflow.jpeg import _jpeg  # type: ignore[attr-defined]  # (the C extension)
 except ImportError as e:  # not built (no compiler or headers at install time) or not loadable
     _jpeg = None
     _OFF_REASON: str | None = f"the C extension dataflow.jpeg._jpeg is not available ({e})"
@@ -264,7 +264,9 @@ def _cv2_window(
     data: Any, win: tuple[int, int, int, int], d: int, color: str, strict: bool, h: int, w: int
 ) -> np.ndarray:
     """The fallback: decode everything with cv2, then scale (INTER_AREA) and crop."""
-    from dataflow.imgaug._cv2 import cv2
+    from dataflow._optional import import_cv2
+
+    cv2 = import_cv2("the JPEG decoder's OpenCV fallback")
 
     if strict:
         check_complete(data)

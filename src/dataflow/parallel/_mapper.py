@@ -37,7 +37,20 @@ from dataflow.validation import check_callable, check_positive_int, known_length
 __all__ = [
     "Checkpoints",
     "MapperBase",
+    "WorkerCount",
 ]
+
+
+class WorkerCount:
+    """A back end's public spelling of the worker count (tensorpack's ``num_proc``,
+    ``num_thread``): it reads and sets :attr:`MapperBase.num_workers`, the one name of the count
+    inside the engine."""
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        return self if obj is None else obj.num_workers
+
+    def __set__(self, obj: Any, value: int) -> None:
+        obj.num_workers = value
 
 
 class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
@@ -137,7 +150,6 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
                     "close() it and call resize() before it starts again.")
             self._transport.resize(n)
         self.num_workers = n
-        self._set_worker_attr(n)
         if self._sched is not None:
             # chunks sized for the workers running now: 16 inputs for two threads (few queue
             # operations), one for a hundred (each has work); sizing them for the most the
@@ -147,10 +159,6 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
     def _can_resize(self) -> bool:
         """Whether the back end's transport resizes live (it has ``resize(n)``)."""
         return callable(getattr(self._transport, "resize", None))
-
-    def _set_worker_attr(self, n: int) -> None:
-        """Keep the back end's own name of the count (``num_proc``, ``num_thread``) in step."""
-        setattr(self, self._worker_arg, n)
 
     def _start_tuner(self) -> None:
         sched = self._sched

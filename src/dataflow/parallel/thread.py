@@ -17,7 +17,7 @@ from dataflow import _global_rng
 from dataflow import rng as _rng
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowTerminated, WorkerError
-from dataflow.parallel._mapper import MapperBase
+from dataflow.parallel._mapper import MapperBase, WorkerCount
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._worker import map_loop, queue_emitter, runner_loop
 from dataflow.parallel.autotuning.stage import THREADS_PER_CORE, resolve_runner_count
@@ -307,6 +307,7 @@ class MultiThreadMapData(MapperBase):
     backend = "thread"
 
     _worker_arg = "num_thread"
+    num_thread = WorkerCount()
     _core_per_worker = 1 / THREADS_PER_CORE
 
     @renamed_kwargs(nr_thread="num_thread")
@@ -318,7 +319,6 @@ class MultiThreadMapData(MapperBase):
     ) -> None:
         super().__init__(ds, num_thread, map_func, buffer_size, strict, ordered, on_error,
                          max_errors)
-        self.num_thread = self.num_workers
         self.seed = seed
         self._transport: _ThreadMapTransport | None = None
         self._dispatching = False  # _global_rng installed for this mapper's threads
@@ -338,13 +338,13 @@ class MultiThreadMapData(MapperBase):
         """The transport of this stage's workers: threads, or processes once it moved."""
         name = type(self).__name__
         if self.backend == "thread":
-            return _ThreadMapTransport(self.map_func, self.num_thread, name, self._inputs)
+            return _ThreadMapTransport(self.map_func, self.num_workers, name, self._inputs)
         from dataflow.parallel._map_processes import start_map_processes
         from dataflow.parallel._zmq_consumer import RESTART_WINDOW
         from dataflow.parallel.shared_memory import shm_available
 
         transport, self._pool, self._resources = start_map_processes(
-            name, self.map_func, self.num_thread, self._inputs, None, start_method=None,
+            name, self.map_func, self.num_workers, self._inputs, None, start_method=None,
             use_shm=shm_available(), max_restarts=3,
             restart_window=known_length(self.ds) or RESTART_WINDOW)
         return transport

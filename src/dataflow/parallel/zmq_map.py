@@ -18,7 +18,7 @@ from dataflow.base import DataFlow, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
 from dataflow.parallel._bootstrap import get_context
 from dataflow.parallel._map_processes import start_map_processes
-from dataflow.parallel._mapper import MapperBase
+from dataflow.parallel._mapper import MapperBase, WorkerCount
 from dataflow.parallel._pool import ProcessPool
 from dataflow.parallel._scheduler import MapScheduler
 from dataflow.parallel._zmq_consumer import RESTART_WINDOW, ZmqMapTransport
@@ -45,11 +45,11 @@ __all__ = [
 
 class _ZmqMapperBase(MapperBase):
     _worker_arg = "num_proc"
+    num_proc = WorkerCount()
     _batch_size: int | None = None
 
     def _init_zmq(self, start_method: str | None, use_shm: bool, max_restarts: int,
                   seed: int | None) -> None:
-        self.num_proc = self.num_workers
         self.seed = seed
         self.max_restarts = check_int(max_restarts, "max_restarts", minimum=0, example=3)
         self.start_method = start_method
@@ -60,7 +60,7 @@ class _ZmqMapperBase(MapperBase):
 
     def _start(self) -> None:
         self._transport, self._pool, self._resources = start_map_processes(
-            type(self).__name__, self.map_func, self.num_proc, self._inputs, self._batch_size,
+            type(self).__name__, self.map_func, self.num_workers, self._inputs, self._batch_size,
             start_method=self.start_method, use_shm=self.use_shm,
             max_restarts=self.max_restarts,
             restart_window=known_length(self.ds) or RESTART_WINDOW)
@@ -306,7 +306,11 @@ class MultiProcessMapDataComponentSharedArray(ProxyDataFlow):
             use_shm=use_shm, max_restarts=max_restarts, seed=seed, on_error=on_error,
             max_errors=max_errors,
         ))
-        self.num_proc = self.ds.num_proc
+
+    @property
+    def num_proc(self) -> int:
+        """The worker count of the mapper inside."""
+        return self.ds.num_workers
 
     def __iter__(self) -> Iterator[Any]:
         for out in self.ds:

@@ -6,8 +6,6 @@
 * :class:`NumpySerializer`
 * :class:`HDF5Serializer` / :class:`HDF5Data`
 * :class:`SVMLightData`
-* :class:`TarShardSerializer`: WebDataset tar shards with an index (loaded on first access,
-  from :mod:`dataflow.streaming`)
 * :func:`dumps` / :func:`loads`: the datapoint codec (pickle protocol 5, or msgpack)
 
 On-disk layouts are tensorpack's, so files are exchangeable in both directions. Saves are
@@ -43,11 +41,3 @@ __all__ = [
     "dumps",
     "loads",
 ]
-
-
-def __getattr__(name: str):
-    if name == "TarShardSerializer":  # lives with the streaming reader; imported on first use
-        from dataflow.streaming.writer import TarShardSerializer
-
-        return TarShardSerializer
-    raise AttributeError(f"module 'dataflow.serialize' has no attribute {name!r}")

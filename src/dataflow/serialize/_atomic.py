@@ -88,7 +88,7 @@ class ProgressMeter:
         self.nbytes = 0
         self.t0 = time.perf_counter()
         if enabled:
-            from dataflow.utils import get_tqdm
+            from dataflow.wrappers._progress import get_tqdm
 
             self.bar = get_tqdm(
                 total=total,

@@ -14,10 +14,9 @@ from __future__ import annotations
 import importlib as _importlib
 from typing import Any
 
-import numpy as np
-
 from dataflow.utils.argtools import shape2d
 from dataflow.utils.utils import fix_rng_seed, get_rng, get_tqdm, get_tqdm_kwargs
+from dataflow.wrappers.batch import map_numeric_arrays
 
 __all__ = [
     "fix_rng_seed",
@@ -39,22 +38,3 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted([*globals(), *_SUBMODULES])
-
-
-#: NumPy dtype kinds that frameworks take as tensors: bool, int, uint, float, complex
-NUMERIC_KINDS = frozenset("biufc")
-
-
-def map_numeric_arrays(obj: Any, fn: Any) -> Any:
-    """``obj`` with every numeric NumPy array or scalar replaced by ``fn(x)``, through lists,
-    tuples and dicts (their types kept); anything else is returned as it is."""
-    if isinstance(obj, np.ndarray | np.generic):
-        return fn(obj) if obj.dtype.kind in NUMERIC_KINDS else obj
-    tp = type(obj)
-    if tp is list:
-        return [map_numeric_arrays(x, fn) for x in obj]
-    if tp is tuple:
-        return tuple(map_numeric_arrays(x, fn) for x in obj)
-    if isinstance(obj, dict):
-        return tp((k, map_numeric_arrays(v, fn)) for k, v in obj.items())
-    return obj

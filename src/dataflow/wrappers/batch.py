@@ -12,7 +12,8 @@ from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
 from dataflow.state import check_state, decode_items, encode_items
 
-__all__ = ["BatchData", "BatchDataByShape", "stack_component"]
+__all__ = ["NUMERIC_KINDS", "BatchData", "BatchDataByShape", "map_numeric_arrays",
+           "stack_component"]
 
 try:  # the optional C extension: copies equal arrays into the batch, one memcpy each
     from dataflow.wrappers._stack import fill as _fill
@@ -238,3 +239,22 @@ class BatchDataByShape(BatchData):
                 if len(bucket) == bs:
                     buckets[shape] = []  # emptied before the yield: a saved state is exact
                     yield _aggregate(bucket, self.use_list)
+
+
+#: NumPy dtype kinds that frameworks take as tensors: bool, int, uint, float, complex
+NUMERIC_KINDS = frozenset("biufc")
+
+
+def map_numeric_arrays(obj: Any, fn: Any) -> Any:
+    """``obj`` with every numeric NumPy array or scalar replaced by ``fn(x)``, through lists,
+    tuples and dicts (their types kept); anything else is returned as it is."""
+    if isinstance(obj, np.ndarray | np.generic):
+        return fn(obj) if obj.dtype.kind in NUMERIC_KINDS else obj
+    tp = type(obj)
+    if tp is list:
+        return [map_numeric_arrays(x, fn) for x in obj]
+    if tp is tuple:
+        return tuple(map_numeric_arrays(x, fn) for x in obj)
+    if isinstance(obj, dict):
+        return tp((k, map_numeric_arrays(v, fn)) for k, v in obj.items())
+    return obj

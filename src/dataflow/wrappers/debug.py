@@ -12,7 +12,7 @@ import numpy as np
 
 from dataflow.base import DataFlow, ProxyDataFlow
 from dataflow.state import check_state
-from dataflow.utils import get_tqdm
+from dataflow.wrappers._progress import get_tqdm
 
 __all__ = ["PrintData", "SpeedResult", "TestDataSpeed"]
 

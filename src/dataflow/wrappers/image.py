@@ -61,9 +61,9 @@ def _imgaug() -> Any:
 
 
 def _cv2() -> Any:
-    from dataflow.imgaug._cv2 import cv2
+    from dataflow._optional import import_cv2
 
-    return cv2
+    return import_cv2()
 
 
 class ImageFromFile(ReaderState, RNGDataFlow):
@@ -157,10 +157,7 @@ class ImageFromFile(ReaderState, RNGDataFlow):
 def _builtin(aug: Any) -> bool:
     """True if ``aug`` and every augmentor inside it are built-ins that never mutate input."""
     imgaug = _imgaug()
-    mod = type(aug).__module__
-    if not mod.startswith("dataflow.imgaug.") or isinstance(
-        aug, imgaug.MapImage | imgaug.Albumentations | imgaug.IAAugmentor
-    ):
+    if not type(aug).__dict__.get("keeps_input", False):  # (a class's own, never inherited)
         return False
     children: list[Any] = []
     if isinstance(aug, imgaug.AugmentorList):
