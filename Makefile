@@ -57,4 +57,5 @@ test: $(STAMP)
 	DATAFLOW_EXPECT_JPEG_EXT=1 $(PY) -m pytest -q
 
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) build src/*.egg-info src/dataflow/_jpeg*.so
+	rm -rf $(VENV) $(DEMO_VENV) build dist src/*.egg-info src/dataflow/jpeg/_jpeg*.so \
+	  src/dataflow/wrappers/_stack*.so

@@ -76,9 +76,12 @@ def test_bad_datapoints(tmp_path):
                                 progress=False)
 
 
-def test_exported_next_to_the_other_serializers():
+def test_exported_at_the_top_and_by_the_streaming_package():
     import dataflow
     import dataflow.serialize
+    import dataflow.streaming
 
-    assert dataflow.serialize.TarShardSerializer is TarShardSerializer
     assert dataflow.TarShardSerializer is TarShardSerializer
+    assert dataflow.streaming.TarShardSerializer is TarShardSerializer
+    # the file formats' layer sits below streaming and does not reach up to it
+    assert not hasattr(dataflow.serialize, "TarShardSerializer")

@@ -1,7 +1,7 @@
 """Parallel execution: runners (N independent copies of a flow) and parallel mappers.
 
-One engine, laid out by concept; the back ends import only these shared modules, never each
-other:
+One engine, laid out by concept, one concept per module; the back ends import only these
+shared modules, never each other:
 
 * ``_protocol``: the messages between workers and consumer, ``ErrorInfo``, the transport
   protocols;
@@ -9,14 +9,18 @@ other:
 * ``_scheduler``: the consumer side of a mapper (``MapScheduler``: dispatch, strict and
   ordered reassembly) and its input streams;
 * ``_mapper`` / ``_runner``: the two bases (map one stream / run N copies), iteration, counters
-  and resumable state;
+  and resumable state; ``_checkpoints``: the child's states a mapper resumes from;
 * ``_lifecycle``: start, stop and clean-up of every runner and mapper;
-* ``_processes``: worker processes (start methods, bootstrap, parent death, ``ProcessPool``);
-* ``_wire`` (frames, endpoints) and ``_zmq`` (the consumer's and workers' sockets): the
-  ZeroMQ transport;
-* ``shared_memory``: large buffers between processes, over ``_segments`` (the files in
-  ``/dev/shm``), ``_shm_space`` (a pipeline's segments, their clean-up process, the
-  writers) and ``_ring`` (a forked worker's shared ring).
+* ``_bootstrap`` (start methods, a worker's bootstrap, parent death) and ``_pool``
+  (``ProcessPool``): worker processes;
+* ``_wire`` (frames, endpoints), ``_zmq_consumer`` (the consumer's sockets), ``_zmq_worker``
+  (the workers' sockets and a map worker's main) and ``_map_processes`` (a mapper's processes
+  and its transport, started together): the ZeroMQ transport;
+* ``shared_memory/``: large buffers between processes (``_segments``: the files in
+  ``/dev/shm``; ``_space``: a pipeline's segments, their clean-up process ``_reaper`` and the
+  writers; ``_ring``: a forked worker's shared ring);
+* ``autotuning/``: ``budget`` (the CPU budget), ``controller`` (the worker-count controller)
+  and ``stage`` (a stage's live tuner).
 
 Back ends: ``thread`` (threads), ``process`` (a ``multiprocessing`` queue), ``zmq_map`` and
 ``zmq_runner`` (ZeroMQ), ``remote`` (across machines), and :mod:`dataflow.ray`. ``plasma``:
@@ -25,10 +29,9 @@ shared memory; tensorpack had them in this module but not in its ``__all__``). W
 are raised in the consumer as :class:`~dataflow.errors.WorkerError`; nothing hangs, nothing is
 lost, no process is left behind.
 
-Autotuning (``tuning``, over ``_budget``: the CPU budget; ``_controller``: the worker-count
-controller; ``_autotune``: a stage's live tuner): a worker count or buffer of ``"auto"``
-(:data:`AUTOTUNE`) is chosen, and a mapper's worker count kept tuned while it runs
-(``resize()``), within the process's CPU budget; :func:`autotune` gives a pipeline's stages one
+Autotuning (``tuning``, above the back ends, over ``autotuning/``): a worker count or buffer
+of ``"auto"`` (:data:`AUTOTUNE`) is chosen, and a mapper's worker count kept tuned while it
+runs (``resize()``), within the process's CPU budget; :func:`autotune` gives a pipeline's stages one
 budget; :func:`ParallelMapData` also picks the back end.
 
 Every runner and mapper can save and restore where its iteration stands (``state_dict()`` /
