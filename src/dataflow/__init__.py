@@ -87,16 +87,12 @@ from dataflow.sources import (
 )
 from dataflow.state import StateMismatchError
 from dataflow.wrappers import (
-    AugmentImageComponent,
-    AugmentImageComponents,
-    AugmentImageCoordinates,
     BatchData,
     BatchDataByShape,
     CacheData,
     ConcatData,
     FilterData,
     FixedSizeData,
-    ImageFromFile,
     JoinData,
     LocallyShuffleData,
     MapData,
@@ -108,6 +104,12 @@ from dataflow.wrappers import (
     RepeatedDataPoint,
     SelectComponent,
     TestDataSpeed,
+)
+from dataflow.wrappers.image import (
+    AugmentImageComponent,
+    AugmentImageComponents,
+    AugmentImageCoordinates,
+    ImageFromFile,
 )
 
 _legacy.install()  # tensorpack's old module paths (see dataflow._legacy)

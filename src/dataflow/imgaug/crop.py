@@ -29,10 +29,8 @@ __all__ = [
 ]
 
 
-@builtin("dataflow.imgaug.crop.RandomCrop")
-class RandomCrop(ImageAugmentor):
-    """Crop a ``crop_shape`` (int or ``(h, w)``) window at a uniform random position; every
-    offset in ``[0, H - h] x [0, W - w]`` is possible."""
+class _FixedCrop(ImageAugmentor):
+    """What the crops of one ``crop_shape`` (int or ``(h, w)``) share."""
 
     samples_from_shape = True
 
@@ -40,6 +38,12 @@ class RandomCrop(ImageAugmentor):
         super().__init__()
         self._shape = shape2d(crop_shape, "crop_shape")
         self.crop_shape = crop_shape
+
+
+@builtin("dataflow.imgaug.crop.RandomCrop")
+class RandomCrop(_FixedCrop):
+    """Crop a ``crop_shape`` (int or ``(h, w)``) window at a uniform random position; every
+    offset in ``[0, H - h] x [0, W - w]`` is possible."""
 
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         fn.check_image(img)
@@ -59,15 +63,8 @@ class RandomCrop(ImageAugmentor):
 
 
 @builtin("dataflow.imgaug.crop.CenterCrop")
-class CenterCrop(ImageAugmentor):
+class CenterCrop(_FixedCrop):
     """Crop the centre ``crop_shape`` window at ``(int((H - h) / 2), int((W - w) / 2))``."""
-
-    samples_from_shape = True
-
-    def __init__(self, crop_shape: Any) -> None:
-        super().__init__()
-        self._shape = shape2d(crop_shape, "crop_shape")
-        self.crop_shape = crop_shape
 
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         fn.check_image(img)

@@ -19,12 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dataflow._optional import import_optional
-from dataflow.streaming.storage.base import (
-    RangeBody,
-    StorageClient,
-    TransientError,
-    shutdown_socket,
-)
+from dataflow.streaming.storage import base
 
 __all__ = ["S3Client", "split_s3_url"]
 
@@ -61,20 +56,20 @@ class _S3Body:
         try:
             return bytes(self._stream.read(n))
         except (TimeoutError, ConnectionError) as e:
-            raise TransientError(f"S3 body: {type(e).__name__}: {e}") from e
+            raise base.TransientError(f"S3 body: {type(e).__name__}: {e}") from e
         except self._errors as e:
-            raise TransientError(f"S3 body: {type(e).__name__}: {e}") from e
+            raise base.TransientError(f"S3 body: {type(e).__name__}: {e}") from e
 
     def abort(self) -> None:
         raw = getattr(self._stream, "_raw_stream", None)
         conn = getattr(raw, "_connection", None)
-        shutdown_socket(getattr(conn, "sock", None))
+        base.shutdown_socket(getattr(conn, "sock", None))
 
     def close(self) -> None:
         self._stream.close()
 
 
-class S3Client(StorageClient):
+class S3Client(base.StorageClient):
     """S3 and S3-compatible stores (``endpoint_url``: e.g. MinIO, moto, R2)."""
 
     scheme = "s3"
@@ -110,10 +105,10 @@ class S3Client(StorageClient):
             if code in ("AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"):
                 return PermissionError(f"{url}: {code}")
             if code in _TRANSIENT_CODES or status >= 500 or status == 429:
-                return TransientError(f"{url}: {code} (HTTP {status})")
+                return base.TransientError(f"{url}: {code} (HTTP {status})")
             return OSError(f"{url}: {code} (HTTP {status})")
         if isinstance(e, self._body_errors):
-            return TransientError(f"{url}: {type(e).__name__}: {e}")
+            return base.TransientError(f"{url}: {type(e).__name__}: {e}")
         return e
 
     def size(self, url: str) -> int:
@@ -123,7 +118,7 @@ class S3Client(StorageClient):
         except Exception as e:
             raise self._translate(e, url) from e
 
-    def open_range(self, url: str, start: int, end: int | None) -> RangeBody:
+    def open_range(self, url: str, start: int, end: int | None) -> base.RangeBody:
         bucket, key = split_s3_url(url)
         kwargs = {"Bucket": bucket, "Key": key}
         if start or end is not None:  # a whole object is asked without Range (served fastest)

@@ -11,13 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-__all__ = [
-    "RangeBody",
-    "StorageClient",
-    "TransientError",
-    "is_transient",
-    "shutdown_socket",
-]
+__all__ = ["RangeBody", "StorageClient", "TransientError", "is_transient", "shutdown_socket"]
 
 
 class TransientError(OSError):
