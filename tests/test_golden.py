@@ -156,6 +156,55 @@ def test_augmentation_pipeline_under_the_global_seed(name):
     assert digest(epochs) == PIPELINE_GOLDENS[name][1]
 
 
+def _augmentor_classes() -> list[type]:
+    return [c for c in (getattr(imgaug, n) for n in imgaug.__all__)
+            if isinstance(c, type) and issubclass(c, imgaug.ImageAugmentor)]
+
+
+@pytest.fixture
+def classes_in_other_files(monkeypatch):
+    """Every augmentor class as if its file had moved (seed keys and the no-copy path of the
+    image flows must not depend on where a class is defined)."""
+    for cls in _augmentor_classes():
+        monkeypatch.setattr(cls, "__module__", "dataflow.somewhere.else")
+
+
+@pytest.mark.usefixtures("classes_in_other_files")
+@pytest.mark.parametrize("name", ["AugmentorList", "RandomCrop", "RandomChooseAug", "Rotation"])
+def test_a_class_in_another_file_draws_the_same(name):
+    df.set_seed(11)
+    assert digest(_augment_run(AUGMENTORS[name]())) == AUGMENTOR_GOLDENS[name][1]
+
+
+@pytest.mark.usefixtures("classes_in_other_files")
+def test_the_image_flows_skip_the_copy_whatever_file_an_augmentor_is_in():
+    img = np.zeros((8, 8, 3), np.uint8)
+    flow = df.AugmentImageComponent(df.DataFromList([[img]], shuffle=False),
+                                    [imgaug.Flip(horiz=True, prob=0.0)], copy=True)
+    # built-in augmentors never write into their input: no copy before, only unaliased after
+    assert (flow._copy, flow._unalias) == (False, True)
+    seen = []
+    mapped = df.AugmentImageComponent(df.DataFromList([[img]], shuffle=False),
+                                      [imgaug.MapImage(lambda x: seen.append(x) or x)], copy=True)
+    mapped.reset_state()
+    out = next(iter(mapped))[0]
+    assert (mapped._copy, mapped._unalias) == (True, False)  # user code might write into it
+    assert not np.shares_memory(seen[0], img) and not np.shares_memory(out, img)
+
+
+def test_every_built_in_augmentor_pins_its_seed_name_and_input_contract():
+    for cls in _augmentor_classes():
+        own = cls.__dict__
+        assert own["seed_name"] == f"{cls.__module__}.{cls.__qualname__}", cls
+        assert own["keeps_input"] is (cls not in (imgaug.MapImage, imgaug.Albumentations,
+                                                  imgaug.IAAugmentor)), cls
+
+    class Mine(imgaug.RandomCrop):  # a user's subclass keys by its own name, copies its input
+        pass
+
+    assert "seed_name" not in Mine.__dict__ and "keeps_input" not in Mine.__dict__
+
+
 # ---------------------------------------------------------------- parallel mappers
 class RandomMap:
     """Draws, for each input, from an augmentor list, ``np.random`` and ``random``; it sleeps

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import pickle
 import subprocess
 import sys
 
@@ -258,9 +259,8 @@ def test_nested_dataflow_paths_are_the_same_modules(module):
 
 
 def test_nested_dataflow_package_has_the_top_level_names():
-    from dataflow.dataflow.imgaug.transform import Transform
-
     import dataflow.dataflow as nested
+    from dataflow.dataflow.imgaug.transform import Transform
 
     assert nested.__all__ == dataflow.__all__
     for name in SIGNATURES:
@@ -280,3 +280,36 @@ def test_nested_and_utils_paths_stay_light():
         "import dataflow.dataflow.parallel, dataflow.dataflow.serialize, dataflow.dataflow.format\n"
         "from dataflow.utils import serialize, fs, timer, utils, argtools, concurrency, stats"
     ) == []
+
+
+# classes pickled under an old module path: tensorpack's, the standalone package's, and this
+# package's own before its modules moved
+OLD_CLASS_PATHS = [
+    ("dataflow.image", "AugmentImageComponent", "dataflow.wrappers.image"),
+    ("dataflow.common", "BatchData", "dataflow.wrappers.batch"),
+    ("dataflow.raw", "DataFromList", "dataflow.sources"),
+    ("dataflow.dataflow.raw", "DataFromList", "dataflow.sources"),
+    ("dataflow.dataflow.common", "BatchData", "dataflow.wrappers.batch"),
+    ("dataflow.parallel_map", "MultiThreadMapData", "dataflow.parallel.thread"),
+    ("dataflow.parallel._autotune", "CpuShare", "dataflow.parallel.autotuning.stage"),
+    ("dataflow.parallel._mapper", "Checkpoints", "dataflow.parallel._checkpoints"),
+    ("dataflow.base", "DataFlowReentrantGuard", "dataflow.state"),
+]
+
+
+@pytest.mark.parametrize(("old", "name", "module"), OLD_CLASS_PATHS)
+def test_a_class_pickled_under_an_old_path_loads(old, name, module):
+    cls = pickle.loads(f"c{old}\n{name}\n.".encode())  # protocol 0: GLOBAL module\nname
+    assert (cls.__module__, cls.__name__) == (module, name)
+
+
+def test_a_flow_pickled_under_the_old_paths_loads_and_runs():
+    flow = dataflow.BatchData(dataflow.DataFromList([[i] for i in range(6)], shuffle=False), 2)
+    data = pickle.dumps(flow, protocol=0)
+    assert b"cdataflow.wrappers.batch\nBatchData\n" in data
+    old = data.replace(b"cdataflow.wrappers.batch\nBatchData\n", b"cdataflow.common\nBatchData\n")
+    old = old.replace(b"cdataflow.sources\nDataFromList\n", b"cdataflow.raw\nDataFromList\n")
+    loaded = pickle.loads(old)
+    assert type(loaded) is dataflow.BatchData and type(loaded.ds) is dataflow.DataFromList
+    loaded.reset_state()
+    assert [b[0].tolist() for b in loaded] == [[0, 1], [2, 3], [4, 5]]
