@@ -1,4 +1,4 @@
-"""Fork safety of OpenCV's thread pool (see dataflow.imgaug._cv2)."""
+"""Fork safety of OpenCV's thread pool (see dataflow._optional.import_cv2)."""
 
 from __future__ import annotations
 
