@@ -98,7 +98,8 @@ def test_writer_without_a_space_writes_no_segment(caplog):
 
 def _reapers() -> list[psutil.Process]:
     return [c for c in psutil.Process().children(recursive=True)
-            if c.status() != psutil.STATUS_ZOMBIE and "_shm_reaper.py" in " ".join(c.cmdline())]
+            if c.status() != psutil.STATUS_ZOMBIE
+            and "shared_memory/_reaper.py" in " ".join(c.cmdline())]
 
 
 def test_the_clean_up_process_starts_with_the_first_large_inline_buffer(space):

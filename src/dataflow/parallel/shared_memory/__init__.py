@@ -7,7 +7,7 @@ unlinks it at once and wraps the mapping in a writable ``memoryview``: the memor
 when the last array using it is garbage collected.
 
 Nothing is left in ``/dev/shm``, whoever dies. Each pipeline's segments belong to a
-:class:`SegmentSpace`, which starts a small clean-up process (:mod:`._shm_reaper`) that every
+:class:`SegmentSpace`, which starts a small clean-up process (:mod:`._reaper`) that every
 writer of the pipeline is connected to before it writes a segment. The process starts when the
 pipeline first needs a segment, not with the pipeline: until then a writer sends its buffers
 inline, and the consumer starts the process when it receives the first large inline buffer (most

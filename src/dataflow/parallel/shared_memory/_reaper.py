@@ -1,7 +1,7 @@
 """The clean-up process of one pipeline's shared-memory segments (run as a script).
 
 :class:`dataflow.parallel.shared_memory.SegmentSpace` starts it as
-``python -S -I _shm_reaper.py <listener fd> <owner fd> <shm dir> <prefix>``; it imports the
+``python -S -I _reaper.py <listener fd> <owner fd> <shm dir> <prefix>``; it imports the
 standard library only. Every process that may create segments named ``<prefix>-*`` holds a
 connection to it: the consumer (the owner, through a socket pair) and each process that writes
 a segment (it connects to the listening socket, an abstract unix socket named
