@@ -84,4 +84,6 @@ def test_exported_at_the_top_and_by_the_streaming_package():
     assert dataflow.TarShardSerializer is TarShardSerializer
     assert dataflow.streaming.TarShardSerializer is TarShardSerializer
     # the file formats' layer sits below streaming and does not reach up to it
-    assert not hasattr(dataflow.serialize, "TarShardSerializer")
+    with pytest.raises(AttributeError, match=r"use dataflow\.TarShardSerializer or dataflow\."
+                                             r"streaming\.TarShardSerializer"):
+        _ = dataflow.serialize.TarShardSerializer

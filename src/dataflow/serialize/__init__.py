@@ -41,3 +41,13 @@ __all__ = [
     "dumps",
     "loads",
 ]
+
+
+def __getattr__(name: str):
+    if name == "TarShardSerializer":
+        # the tar shard writer belongs to the streaming layer, which sits above the file formats
+        raise AttributeError(
+            "module 'dataflow.serialize' has no attribute 'TarShardSerializer': the WebDataset "
+            "tar shard writer is in the streaming layer, above the file formats; use "
+            "dataflow.TarShardSerializer or dataflow.streaming.TarShardSerializer.")
+    raise AttributeError(f"module 'dataflow.serialize' has no attribute {name!r}")
