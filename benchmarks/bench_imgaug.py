@@ -97,9 +97,8 @@ def measure(impl: str) -> dict:
         if impl == "tensorpack":
             from tensorpack.dataflow import AugmentImageComponent, DataFromList, imgaug
         else:
-            from dataflow.image import AugmentImageComponent
-
             from dataflow import DataFromList, imgaug
+            from dataflow.wrappers.image import AugmentImageComponent
 
         def chain():
             return [imgaug.ResizeShortestEdge(256), imgaug.CenterCrop(224),

@@ -9,7 +9,6 @@ import threading
 
 import numpy as np
 import pytest
-from dataflow.image import decode_jpeg, jpeg_shape
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +16,7 @@ from dataflow import jpeg
 from dataflow.errors import DataFlowError, ImageDecodeError
 from dataflow.imgaug._cv2 import cv2
 from dataflow.imgaug.fused import decode_image
+from dataflow.jpeg import decode_jpeg, jpeg_shape
 
 TURBO = jpeg.fast_path_status() is None
 needs_turbo = pytest.mark.skipif(not TURBO, reason=f"fast path off: {jpeg.fast_path_status()}")

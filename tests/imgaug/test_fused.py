@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from dataflow.image import AugmentImageComponent, AugmentImageComponents, AugmentImageCoordinates
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +13,11 @@ from dataflow.errors import ImageDecodeError
 from dataflow.imgaug import fused
 from dataflow.imgaug._cv2 import cv2
 from dataflow.sources import DataFromList
+from dataflow.wrappers.image import (
+    AugmentImageComponent,
+    AugmentImageComponents,
+    AugmentImageCoordinates,
+)
 from tests.test_jpeg import _with_orientation, imdecode, make_jpeg
 
 needs_turbo = pytest.mark.skipif(

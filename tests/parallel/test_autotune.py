@@ -18,9 +18,9 @@ from dataflow.parallel import (
     MultiThreadMapData,
     MultiThreadRunner,
     ParallelMapData,
-    _autotune,
     autotune,
 )
+from dataflow.parallel.autotuning import stage as _autotune
 from dataflow.parallel.autotuning.stage import CpuShare, default_share
 from dataflow.parallel.tuning import _thread_start, choose_backend
 from dataflow.sources import DataFromList

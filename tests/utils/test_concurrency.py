@@ -104,7 +104,7 @@ def test_start_proc_mask_signal_and_enable_death_signal():
 
 ENSURE = """
 import time
-from dataflow.parallel._processes import get_context
+from dataflow.parallel._bootstrap import get_context
 from dataflow.utils.concurrency import ensure_proc_terminate
 
 def sleep():

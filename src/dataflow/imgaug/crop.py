@@ -32,8 +32,6 @@ __all__ = [
 class _FixedCrop(ImageAugmentor):
     """What the crops of one ``crop_shape`` (int or ``(h, w)``) share."""
 
-    samples_from_shape = True
-
     def __init__(self, crop_shape: Any) -> None:
         super().__init__()
         self._shape = shape2d(crop_shape, "crop_shape")
@@ -44,6 +42,8 @@ class _FixedCrop(ImageAugmentor):
 class RandomCrop(_FixedCrop):
     """Crop a ``crop_shape`` (int or ``(h, w)``) window at a uniform random position; every
     offset in ``[0, H - h] x [0, W - w]`` is possible."""
+
+    samples_from_shape = True  # (declared by each crop: it overrides get_transform)
 
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         fn.check_image(img)
@@ -65,6 +65,8 @@ class RandomCrop(_FixedCrop):
 @builtin("dataflow.imgaug.crop.CenterCrop")
 class CenterCrop(_FixedCrop):
     """Crop the centre ``crop_shape`` window at ``(int((H - h) / 2), int((W - w) / 2))``."""
+
+    samples_from_shape = True  # (declared by each crop: it overrides get_transform)
 
     def get_transform(self, img: np.ndarray) -> BaseTransform:
         fn.check_image(img)

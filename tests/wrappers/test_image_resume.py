@@ -10,17 +10,17 @@ import os
 import cv2
 import numpy as np
 import pytest
-from dataflow.image import (
-    AugmentImageComponent,
-    AugmentImageComponents,
-    AugmentImageCoordinates,
-    ImageFromFile,
-)
 
 from dataflow import imgaug
 from dataflow.rng import set_seed
 from dataflow.sources import DataFromList
 from dataflow.state import StateMismatchError
+from dataflow.wrappers.image import (
+    AugmentImageComponent,
+    AugmentImageComponents,
+    AugmentImageCoordinates,
+    ImageFromFile,
+)
 from tests.helpers import check_resume
 
 

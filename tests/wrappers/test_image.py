@@ -11,17 +11,17 @@ import sys
 import cv2
 import numpy as np
 import pytest
-from dataflow.image import (
-    AugmentImageComponent,
-    AugmentImageComponents,
-    AugmentImageCoordinates,
-    ImageFromFile,
-)
 
 from dataflow import imgaug
 from dataflow.errors import ErrorBudgetError, ImageDecodeError
 from dataflow.rng import set_seed
 from dataflow.sources import DataFromList
+from dataflow.wrappers.image import (
+    AugmentImageComponent,
+    AugmentImageComponents,
+    AugmentImageCoordinates,
+    ImageFromFile,
+)
 from tests.helpers import check_dataflow
 
 RGB = np.zeros((4, 6, 3), np.uint8)
@@ -244,7 +244,7 @@ def test_flows_reproduce_with_a_seed_and_after_reset_and_pickle():
 
 def test_import_dataflow_does_not_import_cv2():
     code = (
-        "import sys, dataflow, dataflow.image; "
+        "import sys, dataflow, dataflow.wrappers.image; "
         "assert 'cv2' not in sys.modules, 'cv2 imported'; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
@@ -323,7 +323,7 @@ def test_forked_workers_get_distinct_reproducible_augmentation_streams():
 _SPAWN_SCRIPT = """
 import sys
 sys.path.insert(0, {root!r})
-from tests.test_image import _per_worker_crops
+from tests.wrappers.test_image import _per_worker_crops
 
 if __name__ == "__main__":  # spawn re-imports the main module
     print(_per_worker_crops(21, "spawn"))
@@ -336,7 +336,7 @@ def test_spawned_workers_get_distinct_reproducible_augmentation_streams(tmp_path
     from pathlib import Path
 
     script = tmp_path / "spawn_streams.py"
-    script.write_text(_SPAWN_SCRIPT.format(root=str(Path(__file__).resolve().parents[1])))
+    script.write_text(_SPAWN_SCRIPT.format(root=str(Path(__file__).resolve().parents[2])))
     runs = [
         subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                        check=True, timeout=120).stdout.strip()
