@@ -267,7 +267,6 @@ def _cv2_window(
     from dataflow._optional import import_cv2
 
     cv2 = import_cv2("the JPEG decoder's OpenCV fallback")
-
     if strict:
         check_complete(data)
     flag = cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR
