@@ -93,11 +93,63 @@ def _take(df: DataFlow, limit: int | None) -> Any:
         it.close()
 
 
+def _json(state: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(state))
+
+
+def _continue(fresh: DataFlow, want: int, epochs: int, limit: int | None) -> list[Any]:
+    """Up to ``want`` datapoints of ``fresh``, over at most ``epochs + 2`` iterations."""
+    rest: list[Any] = []
+    calls = 0
+    while len(rest) < want and calls < epochs + 2:
+        calls += 1
+        for dp in _take(fresh, limit):
+            rest.append(to_plain(dp))
+            if len(rest) >= want:
+                break
+    return rest
+
+
+def break_and_save(make_df: Any, k: int, epochs: int, limit: int | None = None
+                   ) -> tuple[list[Any], Any, Any]:
+    """Build a pipeline, take its first ``k`` datapoints with plain ``for`` loops (over
+    epochs; at most ``limit`` per loop) that ``break`` after the ``k``-th, and save its state
+    right after the ``break``: ``(datapoints taken, state, state before the first loop)``."""
+    ds = make_df()
+    ds.reset_state()
+    start = _json(ds.state_dict())
+    got: list[Any] = []
+    calls = 0
+    while len(got) < k and calls < epochs + 2:
+        calls += 1
+        n = 0
+        for dp in ds:  # the break drops (closes) the loop's iterator, as a training loop's
+            got.append(to_plain(dp))
+            n += 1
+            if len(got) == k or (limit is not None and n >= limit):
+                break
+    state = _json(ds.state_dict())
+    ds.close()
+    return got, state, start
+
+
+def _restored(make_df: Any, state: Any) -> DataFlow:
+    fresh = make_df()
+    fresh.reset_state()
+    fresh.load_state_dict(state)
+    return fresh
+
+
 def check_resume(
-    make_df: Any, epochs: int = 2, limit: int | None = None, every: int = 1
+    make_df: Any, epochs: int = 2, limit: int | None = None, every: int = 1,
+    breaks: bool = True,
 ) -> list[Any]:
     """Checks exact resume: the state after every ``every``-th datapoint of an uninterrupted run,
-    restored into a fresh pipeline, gives exactly the rest of that run.
+    restored into a fresh pipeline, gives exactly the rest of that run. With ``breaks``, so
+    does the state saved after a ``for`` loop that ``break``s right after that datapoint (what
+    the consumer did not receive is not consumed).
 
     ``make_df()`` builds a new pipeline; ``limit`` caps datapoints per ``__iter__`` call (for
     infinite flows). Every state must survive ``json.dumps``. Returns the uninterrupted run.
@@ -118,16 +170,22 @@ def check_resume(
         fresh.reset_state()
         fresh.load_state_dict(states[k])
         want = seq[k:]
-        rest: list[Any] = []
-        calls = 0
-        while len(rest) < len(want) and calls < epochs + 2:
-            calls += 1
-            for dp in _take(fresh, limit):
-                rest.append(to_plain(dp))
-                if len(rest) >= len(want):
-                    break
+        rest = _continue(fresh, len(want), epochs, limit)
         fresh.close()
         assert rest == want, f"resume after datapoint {k} of {len(seq)} differs"
+    if breaks:
+        for k in range(1, len(seq), every):
+            got, state, start = break_and_save(make_df, k, epochs, limit)
+            want = seq
+            if got != seq[:k]:  # an unseeded pipeline: its own uninterrupted run, from the
+                ref = _restored(make_df, start)  # state it had before its first loop
+                want = _continue(ref, len(seq), epochs, limit)
+                ref.close()
+                assert got == want[:k]
+            fresh = _restored(make_df, state)
+            rest = _continue(fresh, len(seq) - k, epochs, limit)
+            fresh.close()
+            assert rest == want[k:], f"resume after a break at datapoint {k} of {len(seq)} differs"
     return seq
 
 

@@ -185,18 +185,22 @@ def test_children_begin_their_epoch_when_iterated(name):
     check_resume(make, epochs=3)
 
 
-def test_closing_an_iterator_ends_its_epoch():
-    """As in an uninterrupted run, the epoch after an abandoned one starts from the beginning."""
+def test_a_break_saves_the_position_of_the_loop():
+    """A state saved after a ``break`` resumes at the next datapoint; in the same process the
+    next ``for`` loop still starts a new epoch (tensorpack's behaviour)."""
     a = df.BatchData(_lst(6), 2)
     a.reset_state()
-    it = iter(a)
-    next(it)
-    it.close()
+    for step, _batch in enumerate(a):
+        if step == 0:
+            break
     state = a.state_dict()
+    assert state["child"] == {"type": "DataFromList", "size": 6, "epoch": 0, "pos": 2,
+                              "done": False}
     b = df.BatchData(_lst(6), 2)
     b.reset_state()
     b.load_state_dict(state)
-    assert [x[0].tolist() for x in b] == [x[0].tolist() for x in a] == [[0, 1], [2, 3], [4, 5]]
+    assert [x[0].tolist() for x in b] == [[2, 3], [4, 5]]
+    assert [x[0].tolist() for x in a] == [[0, 1], [2, 3], [4, 5]]
 
 
 def test_restore_between_epochs_keeps_a_nested_keep_state_child_going():

@@ -119,36 +119,35 @@ class ShardData(EpochCounter, ProxyDataFlow):
 
     def _run(self, token: object, itr: Iterator[Any]) -> Iterator[Any]:
         rank, size = self.rank, self.world_size
-        try:
-            if size == 1:
-                for dp in itr:
+        if size == 1:
+            for dp in itr:
+                self._pos += 1
+                yield dp
+        elif self.drop_remainder:
+            # a whole group is read before its datapoint is yielded, so that an incomplete
+            # last group yields nothing and a state taken at a yield is at a group boundary
+            while True:
+                mine = None
+                for j in range(size):
+                    dp = next(itr, _END)
+                    if dp is _END:
+                        self._end(token)
+                        return
+                    if j == rank:
+                        mine = dp
+                self._pos += 1
+                yield mine
+        else:
+            phase = self._phase
+            for dp in itr:
+                take = phase == rank
+                phase = phase + 1 if phase + 1 < size else 0
+                if take:
+                    self._phase = phase
                     self._pos += 1
                     yield dp
-            elif self.drop_remainder:
-                # a whole group is read before its datapoint is yielded, so that an incomplete
-                # last group yields nothing and a state taken at a yield is at a group boundary
-                while True:
-                    mine = None
-                    for j in range(size):
-                        dp = next(itr, _END)
-                        if dp is _END:
-                            return
-                        if j == rank:
-                            mine = dp
-                    self._pos += 1
-                    yield mine
-            else:
-                phase = self._phase
-                for dp in itr:
-                    take = phase == rank
-                    phase = phase + 1 if phase + 1 < size else 0
-                    if take:
-                        self._phase = phase
-                        self._pos += 1
-                        yield dp
-                self._phase = phase
-        finally:
-            self._end(token)
+            self._phase = phase
+        self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own epoch and count, the position in the current group of ``world_size``

@@ -6,7 +6,6 @@ from __future__ import annotations
 import inspect
 import operator
 import queue as queue_mod
-import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
@@ -83,20 +82,18 @@ class FakeData(EpochCounter, RNGDataFlow):
         return self._run(token, start, self._epoch_rng(self._epoch - 1))
 
     def _run(self, token: object, start: int, rng: np.random.RandomState) -> Iterator[Any]:
-        try:
-            if self.random:
-                for _ in range(start):  # re-draw the delivered part: the stream continues
-                    self._draw(rng)
-                for _ in range(start, self._size):
-                    self._pos += 1
-                    yield self._draw(rng)
-            else:
-                arrays = self._draw(rng)
-                for _ in range(start, self._size):
-                    self._pos += 1
-                    yield list(arrays)
-        finally:
-            self._end(token)
+        if self.random:
+            for _ in range(start):  # re-draw the delivered part: the stream continues
+                self._draw(rng)
+            for _ in range(start, self._size):
+                self._pos += 1
+                yield self._draw(rng)
+        else:
+            arrays = self._draw(rng)
+            for _ in range(start, self._size):
+                self._pos += 1
+                yield list(arrays)
+        self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch, position and seed; resuming re-draws the delivered part (no datapoints kept)."""
@@ -173,11 +170,10 @@ class DataFromList(EpochCounter, RNGDataFlow):
         """(delivered, over) of the epoch in progress, read off its iterator."""
         if self._itr is None:
             return self._pos, self._done
+        # an iterator its consumer dropped before its end leaves the epoch unfinished, as a
+        # closed generator does: a state saved after a `break` resumes at the next datapoint
         pos = self._itr_len - operator.length_hint(self._itr)
-        # getrefcount sees our attribute and its own argument only: nobody else holds the
-        # iterator, so its consumer closed or dropped it and the epoch is over (as a generator's
-        # is when it is closed)
-        return pos, pos >= self._itr_len or sys.getrefcount(self._itr) <= _OWN_REFS
+        return pos, pos >= self._itr_len
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch, position, list length and seed (the order of an epoch is re-derived)."""
@@ -192,11 +188,6 @@ class DataFromList(EpochCounter, RNGDataFlow):
         check_state(state, self, size=len(self.lst))
         self.restore_epoch(state)
         self._itr = None
-
-
-# references to an abandoned iterator seen by sys.getrefcount (see DataFromList._position);
-# where reference counts are not exact this way, an abandoned epoch is resumed instead of ended
-_OWN_REFS = 2 if sys.implementation.name == "cpython" and sys.version_info < (3, 14) else -1
 
 
 class DataFromGenerator(EpochCounter, DataFlow):

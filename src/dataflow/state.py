@@ -245,9 +245,14 @@ class EpochCounter:
 
     ``__iter__`` calls :meth:`_begin` itself (not lazily in its generator): the epoch belongs to
     the iterator from the moment it is created, since parents such as ``RandomMixData`` create
-    their children's iterators up front. The generator calls :meth:`_end` in a ``finally``:
-    an epoch is over when its iterator is exhausted *or closed*, so the next ``__iter__`` starts
-    a new epoch, in an uninterrupted run and after a restore alike.
+    their children's iterators up front. The generator calls :meth:`_end` when it is exhausted,
+    and only then: an iterator closed before its end (a ``break``, an exception) leaves the
+    epoch *unfinished* at the position it reached, so that a state saved after a ``break``
+    resumes at the next datapoint; what the consumer did not receive is not consumed. In the
+    same process, the next ``__iter__`` still starts a new epoch (only ``load_state_dict``
+    continues one), as in tensorpack. A parent that abandons a child mid-epoch on purpose
+    (``JoinData`` at its shortest child, ``FixedSizeData(keep_state=False)``) marks the child's
+    state :func:`finished` itself.
     """
 
     _epoch = 0  # epochs started
@@ -267,7 +272,8 @@ class EpochCounter:
         return token, start
 
     def _end(self, token: object) -> None:
-        """The iterator ``token`` ended or was closed (a newer one may own the epoch by now)."""
+        """The iterator ``token`` was exhausted: its epoch is over (a newer iterator may own the
+        epoch by now). Not called for an iterator closed before its end."""
         if self._token is token:
             self._done = True
 
@@ -350,13 +356,11 @@ def replay_run(counter: EpochCounter, itr: Iterable[Any], token: object, start: 
     0 and skipping the first ``start`` (delivered before a restore): the replaying resume of
     flows that cannot seek."""
     counter._pos = 0
-    try:
-        for dp in itr:
-            counter._pos += 1
-            if counter._pos > start:
-                yield dp
-    finally:
-        counter._end(token)
+    for dp in itr:
+        counter._pos += 1
+        if counter._pos > start:
+            yield dp
+    counter._end(token)
 
 
 class ReplayState(EpochCounter):
@@ -379,7 +383,7 @@ class ReplayState(EpochCounter):
 def replaying_iter(fn: Callable[[Any], Iterable[Any]]) -> Callable[[Any], Iterator[Any]]:
     """Wrap a user flow's ``__iter__`` to count epochs and positions, and to replay an epoch up
     to the saved position after ``load_state_dict``. The epoch begins when ``__iter__`` is
-    called; it is over when its iterator is exhausted or closed. The flow's children (its
+    called; it is over when its iterator is exhausted. The flow's children (its
     ``children()``: by default its ``ds``) are restored to their state at the epoch's start."""
 
     @functools.wraps(fn)

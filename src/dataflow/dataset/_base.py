@@ -54,13 +54,11 @@ class IndexedDataset(ReaderState, RNGDataFlow):
 
     def _run(self, token: object, order: np.ndarray, start: int) -> Iterator[list]:
         with self._guard:
-            try:
-                for k in range(start, len(order)):
-                    dp = self._datapoint(int(order[k]))
-                    self._pos = k + 1
-                    yield dp
-            finally:
-                self._end(token)
+            for k in range(start, len(order)):
+                dp = self._datapoint(int(order[k]))
+                self._pos = k + 1
+                yield dp
+            self._end(token)
 
 
 class ImageListDataset(IndexedDataset):

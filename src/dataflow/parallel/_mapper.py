@@ -331,6 +331,9 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             assert sched is not None
             try:
                 yield from self._stream(sched)
+                if token is not None and self._token is token:
+                    self._sync_pos()
+                    self._end(token)  # (a closed iterator leaves the epoch unfinished)
             except WorkerError:
                 self._shutdown()
                 raise
@@ -346,7 +349,6 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
                 if token is not None and self._token is token:
                     self._sync_pos()
                     self._live = None
-                    self._end(token)
 
     def _sync_pos(self) -> None:
         """``_pos`` of a live epoch is read off the scheduler (no per-datapoint counting)."""

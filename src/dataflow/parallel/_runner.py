@@ -110,6 +110,9 @@ class RunnerBase(EpochCounter, Lifecycle, ProxyDataFlow):
                     self._transport.receive, self._num_workers, size, self._finished, count,
                     self._delivered, self._on_state, self._on_stats,
                 )
+                if token is not None and self._token is token:
+                    self._pos = count[0]
+                    self._end(token)  # (a closed iterator leaves the epoch unfinished)
             except WorkerError:
                 self._shutdown()
                 raise
@@ -117,7 +120,6 @@ class RunnerBase(EpochCounter, Lifecycle, ProxyDataFlow):
                 if token is not None and self._token is token:
                     self._pos = count[0]
                     self._count = None
-                    self._end(token)
 
     def _counters(self) -> dict[str, Any]:
         if self._count is not None:

@@ -116,22 +116,20 @@ class HDF5Data(ReaderState, RNGDataFlow):
     def _run(self, token: object, epoch: int, start: int) -> Iterator[list[Any]]:
         with self._guard:
             cols = self._columns
-            try:
-                if self._shuffle:
-                    order = self._epoch_rng(epoch).permutation(self._size)[start:].tolist()
-                    if len(cols) == 2:
-                        a, b = cols
-                        for self._pos, i in enumerate(order, start + 1):
-                            yield [a[i], b[i]]
-                    else:
-                        for self._pos, i in enumerate(order, start + 1):
-                            yield [c[i] for c in cols]
+            if self._shuffle:
+                order = self._epoch_rng(epoch).permutation(self._size)[start:].tolist()
+                if len(cols) == 2:
+                    a, b = cols
+                    for self._pos, i in enumerate(order, start + 1):
+                        yield [a[i], b[i]]
                 else:
-                    rows = zip(*(c[start:] for c in cols)) if start else zip(*cols)
-                    for self._pos, dp in enumerate(rows, start + 1):
-                        yield list(dp)
-            finally:
-                self._end(token)
+                    for self._pos, i in enumerate(order, start + 1):
+                        yield [c[i] for c in cols]
+            else:
+                rows = zip(*(c[start:] for c in cols)) if start else zip(*cols)
+                for self._pos, dp in enumerate(rows, start + 1):
+                    yield list(dp)
+            self._end(token)
 
 
 class _Column:

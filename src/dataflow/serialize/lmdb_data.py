@@ -331,19 +331,19 @@ class LMDBData(ReaderState, RNGDataFlow):
                     try:
                         if skip is not None:
                             yield from self._sparse(txn, decode, start, skip)
-                            return
-                        items = self._sequential(txn, "values", start)
-                        assert decode is not None  # (skip is None here)
-                        for self._pos, v in enumerate(items, start + 1):
-                            yield decode(v)
+                        else:
+                            items = self._sequential(txn, "values", start)
+                            assert decode is not None  # (skip is None here)
+                            for self._pos, v in enumerate(items, start + 1):
+                                yield decode(v)
                     except Exception as e:
                         if isinstance(e, StateMismatchError):
                             raise
                         raise self._decode_error(e, epoch) from e
+                self._end(token)  # (exhausted; a closed iterator leaves the epoch unfinished)
             finally:
                 if self._token is token:
                     self._cursor = None
-                self._end(token)
 
     def _iter_keys(
         self, txn: Any, decode: Callable[[bytes], Any] | None, epoch: int, start: int,

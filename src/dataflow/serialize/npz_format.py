@@ -59,16 +59,14 @@ class NumpyData(ReaderState, RNGDataFlow):
     def _run(self, token: object, epoch: int, start: int) -> Iterator[Any]:
         with self._guard:
             items = self._items
-            try:
-                if self._shuffle:
-                    order = self._epoch_rng(epoch).permutation(len(items))[start:].tolist()
-                    for self._pos, i in enumerate(order, start + 1):
-                        yield items[i]
-                else:
-                    for self._pos, dp in enumerate(items[start:] if start else items, start + 1):
-                        yield dp
-            finally:
-                self._end(token)
+            if self._shuffle:
+                order = self._epoch_rng(epoch).permutation(len(items))[start:].tolist()
+                for self._pos, i in enumerate(order, start + 1):
+                    yield items[i]
+            else:
+                for self._pos, dp in enumerate(items[start:] if start else items, start + 1):
+                    yield dp
+            self._end(token)
 
 
 def _read_npy(fp: Any) -> Any:

@@ -98,8 +98,6 @@ class SVMLightData(ReaderState, RNGDataFlow):
         with self._guard:
             n = len(self.y)
             order = self._epoch_rng(epoch).permutation(n).tolist() if self._shuffle else range(n)
-            try:
-                for self._pos, i in enumerate(order[start:], start + 1):
-                    yield [self.X[i], self.y[i]]
-            finally:
-                self._end(token)
+            for self._pos, i in enumerate(order[start:], start + 1):
+                yield [self.X[i], self.y[i]]
+            self._end(token)

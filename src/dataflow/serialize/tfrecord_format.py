@@ -176,12 +176,12 @@ class TFRecordData(ReaderState, DataFlow):
                         raise self._decode_error(e) from e
                 if limit is not None and self._pos < limit:
                     raise self._short(self._pos)
+                self._end(token)  # (exhausted; a closed iterator leaves the epoch unfinished)
             finally:
                 if self._token is token:
                     self._off, self._batch = self._offset(), None
                 if closer is not None:
                     closer()
-                self._end(token)
 
     def _iter_tf(self, decode: Callable[[Any], Any] | None, token: object) -> Iterator[Any]:
         tf = import_optional("tensorflow", "TFRecordSerializer.load(reader='tf')")
@@ -190,30 +190,28 @@ class TFRecordData(ReaderState, DataFlow):
             if self._limit is not None:
                 ds = ds.take(self._limit)
             it = ds.as_numpy_iterator()
-            try:
-                while True:
-                    try:
-                        rec = next(it)
-                    except StopIteration:
-                        break
-                    except tf.errors.OpError as e:
-                        raise CorruptFileError(
-                            f"TFRecord file {self._path!r}: record {self._pos} cannot be read "
-                            f"({type(e).__name__}: {e.message}); the file is corrupt or "
-                            "truncated."
-                        ) from None
-                    self._pos += 1
-                    self._off += 16 + len(rec)
-                    if decode is None:
-                        yield rec
-                        continue
-                    try:
-                        dp = decode(rec)
-                    except Exception as e:
-                        raise self._decode_error(e) from e
-                    yield dp
-            finally:
-                self._end(token)
+            while True:
+                try:
+                    rec = next(it)
+                except StopIteration:
+                    break
+                except tf.errors.OpError as e:
+                    raise CorruptFileError(
+                        f"TFRecord file {self._path!r}: record {self._pos} cannot be read "
+                        f"({type(e).__name__}: {e.message}); the file is corrupt or "
+                        "truncated."
+                    ) from None
+                self._pos += 1
+                self._off += 16 + len(rec)
+                if decode is None:
+                    yield rec
+                    continue
+                try:
+                    dp = decode(rec)
+                except Exception as e:
+                    raise self._decode_error(e) from e
+                yield dp
+            self._end(token)
             if self._limit is not None and self._pos < self._limit:
                 raise self._short(self._pos)
 

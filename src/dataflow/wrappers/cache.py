@@ -50,27 +50,26 @@ class CacheData(EpochCounter, ProxyDataFlow, RNGDataFlow):
 
     def _run(self, token: object, start: int, itr: Iterator[Any] | None) -> Iterator[Any]:
         with self._guard:
-            try:
-                if itr is not None:
-                    cache = self._partial
-                    for dp in itr:
-                        cache.append(dp)
-                        self._pos += 1
-                        yield dp
-                    self._cache, self._partial = cache, []  # only a complete epoch is kept
-                    return
-                cache = self._cache or []
-                if self.shuffle:
-                    order = self._epoch_rng(self._epoch - 1).permutation(len(cache))[start:]
-                    for i in order:
-                        self._pos += 1
-                        yield cache[i]
-                else:
-                    for i in range(start, len(cache)):
-                        self._pos += 1
-                        yield cache[i]
-            finally:
+            if itr is not None:
+                cache = self._partial
+                for dp in itr:
+                    cache.append(dp)
+                    self._pos += 1
+                    yield dp
+                self._cache, self._partial = cache, []  # only a complete epoch is kept
                 self._end(token)
+                return
+            cache = self._cache or []
+            if self.shuffle:
+                order = self._epoch_rng(self._epoch - 1).permutation(len(cache))[start:]
+                for i in order:
+                    self._pos += 1
+                    yield cache[i]
+            else:
+                for i in range(start, len(cache)):
+                    self._pos += 1
+                    yield cache[i]
+            self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own counters and seed, and, since this flow holds a buffer, the cached datapoints

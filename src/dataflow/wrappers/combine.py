@@ -138,14 +138,12 @@ class ConcatData(_MultiFlow):
         return self._run(token, self._current, first)
 
     def _run(self, token: object, start: int, first: Iterator[Any]) -> Iterator[Any]:
-        try:
-            for i in range(start, len(self.df_lists)):
-                self._current = i
-                for dp in first if i == start else iter(self.df_lists[i]):
-                    self._pos += 1
-                    yield dp
-        finally:
-            self._end(token)
+        for i in range(start, len(self.df_lists)):
+            self._current = i
+            for dp in first if i == start else iter(self.df_lists[i]):
+                self._pos += 1
+                yield dp
+        self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own counters, the flow in progress and every child's state."""
@@ -188,25 +186,23 @@ class JoinData(_MultiFlow):
         return self._run(token, [self._iter_child(i) for i in range(len(self.df_lists))])
 
     def _run(self, token: object, itrs: list[Iterator[Any]]) -> Iterator[Any]:
-        try:
-            for dps in zip(*itrs):
-                self._pos += 1
-                first = dps[0]
-                if isinstance(first, dict):
-                    out: Any = {}
-                    for i, dp in enumerate(dps):
-                        if not isinstance(dp, dict):
-                            raise TypeError(_mixed_message(dps, i))
-                        out.update(dp)
-                else:
-                    out = []
-                    for i, dp in enumerate(dps):
-                        if isinstance(dp, dict):
-                            raise TypeError(_mixed_message(dps, i))
-                        out.extend(dp)
-                yield out
-        finally:
-            self._end(token)
+        for dps in zip(*itrs):
+            self._pos += 1
+            first = dps[0]
+            if isinstance(first, dict):
+                out: Any = {}
+                for i, dp in enumerate(dps):
+                    if not isinstance(dp, dict):
+                        raise TypeError(_mixed_message(dps, i))
+                    out.update(dp)
+            else:
+                out = []
+                for i, dp in enumerate(dps):
+                    if isinstance(dp, dict):
+                        raise TypeError(_mixed_message(dps, i))
+                    out.extend(dp)
+            yield out
+        self._end(token)
 
 
 def _mixed_message(dps: Sequence[Any], i: int) -> str:
@@ -254,20 +250,19 @@ class RandomChooseData(_SeededChildren, RNGDataFlow):
     def _run(self, token: object, start: int, rng: Any, itrs: list[Any]) -> Iterator[Any]:
         n, probs = len(itrs), self.probs
         picks = 0
-        try:
-            while True:
-                for k in rng.choice(n, size=_CHUNK, p=probs):
-                    picks += 1
-                    if picks <= start:  # restored: these picks were made before the save
-                        continue
-                    try:
-                        dp = next(itrs[k])
-                    except StopIteration:
-                        return
-                    self._pos += 1
-                    yield dp
-        finally:
-            self._end(token)
+        while True:
+            for k in rng.choice(n, size=_CHUNK, p=probs):
+                picks += 1
+                if picks <= start:  # restored: these picks were made before the save
+                    continue
+                try:
+                    dp = next(itrs[k])
+                except StopIteration:
+                    self._end(token)
+                    return
+                self._pos += 1
+                yield dp
+        self._end(token)
 
 
 
@@ -307,18 +302,16 @@ class RandomMixData(_SeededChildren, RNGDataFlow):
 
     def _run(self, token: object, order: list[int], lens: list[int], itrs: list[Any]
              ) -> Iterator[Any]:
-        try:
-            for k in order:
-                try:
-                    dp = next(itrs[k])
-                except StopIteration:
-                    raise DataFlowError(
-                        f"RandomMixData: `df_lists[{k}]` ({type(self.df_lists[k]).__name__}) "
-                        f"ended before yielding its len() = {lens[k]} datapoints; its length "
-                        "must be exact."
-                    ) from None
-                self._pos += 1
-                yield dp
-        finally:
-            self._end(token)
+        for k in order:
+            try:
+                dp = next(itrs[k])
+            except StopIteration:
+                raise DataFlowError(
+                    f"RandomMixData: `df_lists[{k}]` ({type(self.df_lists[k]).__name__}) "
+                    f"ended before yielding its len() = {lens[k]} datapoints; its length "
+                    "must be exact."
+                ) from None
+            self._pos += 1
+            yield dp
+        self._end(token)
 

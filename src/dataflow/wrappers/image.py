@@ -144,13 +144,11 @@ class ImageFromFile(ReaderState, RNGDataFlow):
         return self._run(order[start:], token)
 
     def _run(self, paths: list[str], token: object) -> Iterator[list[np.ndarray]]:
-        try:
-            for path in paths:
-                dp = [self._read(path)]
-                self._pos += 1
-                yield dp
-        finally:
-            self._end(token)
+        for path in paths:
+            dp = [self._read(path)]
+            self._pos += 1
+            yield dp
+        self._end(token)
 
 
 # ---------------------------------------------------------------- augmentation flows

@@ -44,23 +44,21 @@ class RepeatedData(EpochCounter, ProxyDataFlow):
         self, token: object, rep: int, restored: bool, first: Iterator[Any] | None
     ) -> Iterator[Any]:
         num = self.num
-        try:
-            while num == -1 or rep < num:
-                self._rep = rep
-                empty = True
-                itr = first if first is not None else iter(self.ds)
-                first = None
-                for dp in itr:
-                    empty = False
-                    yield dp
-                # an empty epoch repeated forever would spin (the rest of a restored one may
-                # be empty, though)
-                if empty and num == -1 and not restored:
-                    break
-                restored = False
-                rep += 1
-        finally:
-            self._end(token)
+        while num == -1 or rep < num:
+            self._rep = rep
+            empty = True
+            itr = first if first is not None else iter(self.ds)
+            first = None
+            for dp in itr:
+                empty = False
+                yield dp
+            # an empty epoch repeated forever would spin (the rest of a restored one may
+            # be empty, though)
+            if empty and num == -1 and not restored:
+                break
+            restored = False
+            rep += 1
+        self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own epoch, the repetition in progress, and the child's state."""
@@ -172,25 +170,23 @@ class FixedSizeData(EpochCounter, ProxyDataFlow):
 
     def _run(self, token: object, fresh: bool) -> Iterator[Any]:
         with self._guard:
-            try:
-                while self._pos < self._size:
-                    try:
-                        assert self._itr is not None
-                        dp = next(self._itr)
-                    except StopIteration:
-                        if fresh:
-                            raise ValueError(
-                                "FixedSizeData: the wrapped dataflow yielded no datapoint in a "
-                                f"whole epoch, so {self._size} datapoints cannot be produced."
-                            ) from None
-                        self._new_child_iterator()
-                        fresh = True
-                        continue
-                    fresh = False
-                    self._pos += 1
-                    yield dp
-            finally:
-                self._end(token)
+            while self._pos < self._size:
+                try:
+                    assert self._itr is not None
+                    dp = next(self._itr)
+                except StopIteration:
+                    if fresh:
+                        raise ValueError(
+                            "FixedSizeData: the wrapped dataflow yielded no datapoint in a "
+                            f"whole epoch, so {self._size} datapoints cannot be produced."
+                        ) from None
+                    self._new_child_iterator()
+                    fresh = True
+                    continue
+                fresh = False
+                self._pos += 1
+                yield dp
+            self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own epoch and count, and the child's state (its iterator continues across epochs

@@ -113,43 +113,41 @@ class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
 
     def _run(self, token: object, start: int) -> Iterator[Any]:
         with self._guard:
-            try:
-                remaining: int | None = None  # endless, as in tensorpack
-                if self.finite:
-                    try:
-                        remaining = len(self) - start
-                    except UnknownLengthError:
-                        remaining = None
-                source, buf = self._source, self._buffer
-                assert source is not None
-                reuse, interval, size = self.num_reuse, self.shuffle_interval, self.buffer_size
-                while remaining is None or remaining > 0:
-                    if self._pending == 0:
-                        dp = next(source, _END)
-                        if dp is _END:  # ds yields nothing at all: flush the buffer and stop
-                            while buf and (remaining is None or remaining > 0):
-                                if remaining is not None:
-                                    remaining -= 1
-                                self._pos += 1
-                                yield buf.popleft()
-                            break
-                        self._current, self._pending = dp, reuse
-                        self._incoming += 1
-                        if self._incoming % interval == 0:
-                            self._shuffle()
-                    if len(buf) == size:
-                        out = buf.popleft()
-                        buf.append(self._current)
-                        self._pending -= 1
-                        if remaining is not None:
-                            remaining -= 1
-                        self._pos += 1
-                        yield out
-                    else:
-                        buf.append(self._current)
-                        self._pending -= 1
-            finally:
-                self._end(token)
+            remaining: int | None = None  # endless, as in tensorpack
+            if self.finite:
+                try:
+                    remaining = len(self) - start
+                except UnknownLengthError:
+                    remaining = None
+            source, buf = self._source, self._buffer
+            assert source is not None
+            reuse, interval, size = self.num_reuse, self.shuffle_interval, self.buffer_size
+            while remaining is None or remaining > 0:
+                if self._pending == 0:
+                    dp = next(source, _END)
+                    if dp is _END:  # ds yields nothing at all: flush the buffer and stop
+                        while buf and (remaining is None or remaining > 0):
+                            if remaining is not None:
+                                remaining -= 1
+                            self._pos += 1
+                            yield buf.popleft()
+                        break
+                    self._current, self._pending = dp, reuse
+                    self._incoming += 1
+                    if self._incoming % interval == 0:
+                        self._shuffle()
+                if len(buf) == size:
+                    out = buf.popleft()
+                    buf.append(self._current)
+                    self._pending -= 1
+                    if remaining is not None:
+                        remaining -= 1
+                    self._pos += 1
+                    yield out
+                else:
+                    buf.append(self._current)
+                    self._pending -= 1
+            self._end(token)
 
     def state_dict(self) -> dict[str, Any]:
         """Own counters, the random stream, the position in ``ds`` and, since this flow holds a
