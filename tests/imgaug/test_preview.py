@@ -46,8 +46,13 @@ def test_parse_augmentors():
         "imgaug.Flip(horiz=True)",
         "imgaug.RandomApplyAug(aug=imgaug.Rotation(max_deg=10, interp=0), prob=0.5)",
     ]
-    with pytest.raises(ValueError, match=r"unknown augmentor 'os\.system'"):
+    with pytest.raises(ValueError, match=r"^unknown augmentor 'os\.system'; `python -m "
+                                         r"dataflow preview --list` lists them all\.$"):
         parse_augmentors("os.system('true')")
+    with pytest.raises(ValueError, match=r"^unknown augmentor 'lambda: os'; "):
+        parse_augmentors("(lambda: os)()")
+    with pytest.raises(ValueError, match=r"^unknown augmentor 'imgaug\.__class__'; "):
+        parse_augmentors("imgaug.__class__(3)")
     with pytest.raises(ValueError, match="holds no augmentor"):
         parse_augmentors(" ; ")
     with pytest.raises(ValueError, match="is not an augmentor"):
@@ -83,12 +88,52 @@ def test_cli_with_generated_image_and_file(tmp_path, capsys):
 def test_cli_errors(tmp_path, capsys):
     assert preview_main(["-a", "Nope()", "-o", str(tmp_path / "x.png")]) == 2
     assert capsys.readouterr().err == (
-        "python -m dataflow preview: error: -a/--augs: cannot parse augmentor 'Nope()': "
-        "ValueError: unknown augmentor 'Nope' in the spec. Write e.g. "
-        "\"ResizeShortestEdge(256); Flip(horiz=True); Brightness(30)\".\n")
+        "python -m dataflow preview: error: -a/--augs: unknown augmentor 'Nope'; "
+        "`python -m dataflow preview --list` lists them all.\n")
     missing = str(tmp_path / "missing.png")
     assert preview_main([missing, "-o", str(tmp_path / "x.png")]) == 2
     assert capsys.readouterr().err == (
         f"python -m dataflow preview: error: cannot read an image from {missing!r}.\n")
     with pytest.raises(SystemExit):
         preview_main(["--coords", "1,2,3", "-o", str(tmp_path / "x.png")])
+
+
+def test_unknown_name_suggests_the_closest_augmentors():
+    with pytest.raises(ValueError, match=(
+            r"^unknown augmentor 'RandomCrp'; did you mean RandomCrop, RandomCutout or "
+            r"RandomOrderAug\? `python -m dataflow preview --list` lists them all\.$")):
+        parse_augmentors("Flip(horiz=True); RandomCrp(224)")
+    with pytest.raises(ValueError, match=(
+            r"^unknown augmentor 'Flp'; did you mean Flip\? `python -m dataflow preview "
+            r"--list` lists them all\.$")):
+        parse_augmentors("RandomApplyAug(Flp(horiz=True), 0.5)")  # nested calls too
+    # a known name after a module path the spec does not know: the spellings that work
+    with pytest.raises(ValueError, match=(
+            r"^unknown augmentor 'df\.imgaug\.Flip'; write Flip, imgaug\.Flip or "
+            r"dataflow\.imgaug\.Flip\.$")):
+        parse_augmentors("df.imgaug.Flip(horiz=True)")
+
+
+def test_names_may_be_written_as_in_python_code():
+    augs = parse_augmentors(
+        "imgaug.Flip(horiz=True); dataflow.imgaug.RandomCrop(8);"
+        "imgaug.RandomApplyAug(dataflow.imgaug.Rotation(10, interp=cv2.INTER_NEAREST), 0.5)"
+    )
+    assert [repr(a) for a in augs] == [
+        "imgaug.Flip(horiz=True)", "imgaug.RandomCrop(crop_shape=8)",
+        "imgaug.RandomApplyAug(aug=imgaug.Rotation(max_deg=10, interp=0), prob=0.5)",
+    ]
+    with pytest.raises(ValueError, match=r"^unknown augmentor 'imgaug\.imgaug\.Flip'; write "):
+        parse_augmentors("imgaug.imgaug.Flip()")
+
+
+def test_list_prints_the_augmentor_names(capsys):
+    assert preview_main(["--list"]) == 0
+    names = capsys.readouterr().out.splitlines()
+    assert names == sorted(names)
+    assert names[:3] == ["Affine", "Albumentations", "AugmentorList"]
+    assert {"Flip", "RandomCrop", "ResizeShortestEdge", "Brightness"} <= set(names)
+    # the classes augmentors derive from, and what is not an augmentor, are not offered
+    assert not {"ImageAugmentor", "Augmentor", "PhotometricAugmentor", "Transform",
+                "ConstantBackgroundFiller"} & set(names)
+    assert len(names) == 42

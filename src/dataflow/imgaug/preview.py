@@ -7,14 +7,17 @@ that does not sit on its feature shows a coordinate bug at a glance.
 
 The CLI takes an image path (or draws a test image), an augmentor spec such as
 ``"ResizeShortestEdge(256); RandomCrop(224); Flip(horiz=True); Brightness(30)"`` (names from
-:mod:`dataflow.imgaug`, literal arguments, ``cv2.NAME`` constants, nested augmentors), a number
-of draws, an output path and an optional seed.
+:mod:`dataflow.imgaug`, bare or written as in Python code, ``imgaug.Flip(...)`` or
+``dataflow.imgaug.Flip(...)``; literal arguments, ``cv2.NAME`` constants, nested augmentors), a
+number of draws, an output path and an optional seed; ``--list`` prints the augmentor names.
+The spec is parsed, never evaluated: only those names can be called, with literal arguments.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import difflib
 import os
 import sys
 from collections.abc import Sequence
@@ -27,7 +30,7 @@ from dataflow.imgaug.base import AugmentorList, ImageAugmentor
 from dataflow.imgaug.functional import check_coords, check_image
 from dataflow.imgaug.viz import stack_patches, to_display, write_image
 
-__all__ = ["make_test_image", "parse_augmentors", "preview", "preview_main"]
+__all__ = ["augmentor_names", "make_test_image", "parse_augmentors", "preview", "preview_main"]
 
 _COLORS = [(230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180),
            (70, 240, 240), (240, 50, 230), (210, 245, 60)]
@@ -130,12 +133,73 @@ def _spec_names() -> dict[str, Any]:
     return {name: getattr(m, name) for m in modules for name in m.__all__}
 
 
+#: the module paths a spec may put before a name, as Python code does: imgaug.Flip(...)
+_PREFIXES = ("imgaug.", "dataflow.imgaug.")
+#: the classes augmentors derive from: callable in a spec, but not augmentors to offer
+_BASES = frozenset({"Augmentor", "ImageAugmentor", "PhotometricAugmentor"})
+_LIST_HINT = "`python -m dataflow preview --list` lists them all"
+
+
+def augmentor_names() -> list[str]:
+    """The names of the augmentors a spec may use (sorted): the augmentor classes of
+    :mod:`dataflow.imgaug`, without the bases they derive from."""
+    return sorted(
+        name for name, obj in _spec_names().items()
+        if isinstance(obj, type) and issubclass(obj, ImageAugmentor) and name not in _BASES
+    )
+
+
+class _UnknownNameError(ValueError):
+    """A spec calls a name that is not one of :func:`_spec_names` (the message says which)."""
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """``a.b.c`` for a chain of plain names and attributes, else None."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def _either(names: list[str]) -> str:
+    """``a``, ``a or b``, ``a, b or c``."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _unknown(written: str) -> _UnknownNameError:
+    name = written.rpartition(".")[2]  # suggest for the name whatever prefix was written
+    if name != written and name in _spec_names():  # a known name after another prefix
+        spellings = _either([name, *(prefix + name for prefix in _PREFIXES)])
+        return _UnknownNameError(f"unknown augmentor {written!r}; write {spellings}.")
+    close = difflib.get_close_matches(name, augmentor_names(), n=3)
+    if not close:
+        return _UnknownNameError(f"unknown augmentor {written!r}; {_LIST_HINT}.")
+    return _UnknownNameError(
+        f"unknown augmentor {written!r}; did you mean {_either(close)}? {_LIST_HINT}.")
+
+
+def _callee(func: ast.AST) -> Any:
+    """What a spec's call calls: a name of :func:`_spec_names`, bare or after one of
+    :data:`_PREFIXES`; resolved from that table, never looked up elsewhere."""
+    names = _spec_names()
+    written = _dotted(func)
+    if written is None:
+        raise _unknown(ast.unparse(func))
+    name = written
+    for prefix in _PREFIXES:
+        if written.startswith(prefix):
+            name = written[len(prefix):]
+            break
+    if name not in names:
+        raise _unknown(written)
+    return names[name]
+
+
 def _eval_node(node: ast.AST) -> Any:
     if isinstance(node, ast.Call):
-        names = _spec_names()
-        if not isinstance(node.func, ast.Name) or node.func.id not in names:
-            raise ValueError(f"unknown augmentor {ast.unparse(node.func)!r} in the spec.")
-        cls = names[node.func.id]
+        cls = _callee(node.func)
         args = [_eval_node(a) for a in node.args]
         kwargs = {k.arg: _eval_node(k.value) for k in node.keywords if k.arg is not None}
         return cls(*args, **kwargs)
@@ -150,7 +214,12 @@ def _eval_node(node: ast.AST) -> Any:
 
 
 def parse_augmentors(spec: str) -> list[ImageAugmentor]:
-    """Parse ``"Name(args); Name(args); ..."`` into augmentors (no arbitrary code runs)."""
+    """Parse ``"Name(args); Name(args); ..."`` into augmentors (no arbitrary code runs).
+
+    A name may be written bare (``Flip``) or as in Python code (``imgaug.Flip``,
+    ``dataflow.imgaug.Flip``); an unknown one raises a ``ValueError`` that names it and the
+    closest augmentor names.
+    """
     augs = []
     for part in (p.strip() for p in spec.replace("\n", ";").split(";")):
         if not part:
@@ -158,6 +227,8 @@ def parse_augmentors(spec: str) -> list[ImageAugmentor]:
         try:
             node = ast.parse(part, mode="eval").body
             aug = _eval_node(node)
+        except _UnknownNameError:
+            raise
         except Exception as e:  # whatever the spec or the constructor it calls raised
             raise ValueError(
                 f"cannot parse augmentor {part!r}: {type(e).__name__}: {str(e).rstrip('.')}. "
@@ -192,14 +263,20 @@ def preview_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("image", nargs="?", help="image file (default: a generated test image)")
     parser.add_argument(
         "-a", "--augs", default="Flip(horiz=True); Rotation(20); Brightness(40)",
-        help="augmentors, e.g. \"ResizeShortestEdge(256); RandomCrop(224); Flip(horiz=True)\"",
+        help="augmentors, e.g. \"ResizeShortestEdge(256); RandomCrop(224); Flip(horiz=True)\" "
+             "(imgaug.Flip(...) and dataflow.imgaug.Flip(...) work too; --list names them)",
     )
     parser.add_argument("-n", "--num", type=int, default=8, help="number of random draws")
     parser.add_argument("-o", "--output", default="preview.png", help="output PNG path")
     parser.add_argument("--coords", type=_parse_coords, default=None,
                         help="points to follow, 'x1,y1;x2,y2' (the test image has its own)")
     parser.add_argument("--seed", type=int, default=None, help="seed for reproducible draws")
+    parser.add_argument("--list", action="store_true",
+                        help="print the augmentor names a spec may use, one a line, and exit")
     args = parser.parse_args(argv)
+    if args.list:
+        print("\n".join(augmentor_names()))
+        return 0
 
     def fail(message: str) -> int:  # one line on stderr, status 2 (a usage error)
         print(f"{parser.prog}: error: {message}", file=sys.stderr)
