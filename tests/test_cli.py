@@ -152,8 +152,8 @@ def test_good_profile_target_runs(tmp_path):
 @pytest.mark.parametrize(("args", "message"), [
     (["-a", "Flip(horiz=True"], "-a/--augs: cannot parse augmentor 'Flip(horiz=True': "
                                 "SyntaxError: "),
-    (["-a", "NoSuchAug(3)"], "-a/--augs: cannot parse augmentor 'NoSuchAug(3)': ValueError: "
-                             "unknown augmentor 'NoSuchAug' in the spec. Write e.g. "),
+    (["-a", "NoSuchAug(3)"], "-a/--augs: unknown augmentor 'NoSuchAug'; `python -m dataflow "
+                             "preview --list` lists them all.\n"),
     (["-a", "Flip(horiz=yes)"], "-a/--augs: cannot parse augmentor 'Flip(horiz=yes)': "
                                 "ValueError: "),
     (["-a", ";"], "-a/--augs: the augmentor spec ';' holds no augmentor."),
@@ -168,3 +168,23 @@ def test_bad_preview_input_is_one_line_and_status_2(tmp_path, args, message):
     assert proc.stderr.startswith(f"python -m dataflow preview: error: {message}")
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "p.png").exists()
+
+
+def test_preview_unknown_augmentor_suggests_and_says_how_to_list(tmp_path):
+    proc = _run(["preview", "-a", "RandomCrp(224)", "-o", str(tmp_path / "p.png")])
+    assert (proc.returncode, proc.stdout) == (2, "")
+    assert proc.stderr == (
+        "python -m dataflow preview: error: -a/--augs: unknown augmentor 'RandomCrp'; did you "
+        "mean RandomCrop, RandomCutout or RandomOrderAug? `python -m dataflow preview --list` "
+        "lists them all.\n")
+    assert not (tmp_path / "p.png").exists()
+    listed = _run(["preview", "--list"])
+    assert (listed.returncode, listed.stderr) == (0, "")
+    assert "RandomCrop\nRandomCropRandomShape\nRandomCutout\n" in listed.stdout
+
+
+def test_preview_takes_names_as_the_readme_writes_them(tmp_path):
+    out = tmp_path / "p.png"
+    assert main(["preview", "-a", "imgaug.Flip(horiz=True); dataflow.imgaug.Brightness(30)",
+                 "-n", "2", "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
