@@ -31,7 +31,14 @@ from dataflow.parallel.autotuning.stage import (
     resolve_buffer,
 )
 from dataflow.policy import make_policy
-from dataflow.state import EpochCounter, check_state, child_state, finished
+from dataflow.state import (
+    SEED,
+    EpochCounter,
+    StateMismatchError,
+    check_state,
+    child_state,
+    finished,
+)
 from dataflow.validation import check_callable, check_positive_int, known_length
 
 __all__ = [
@@ -101,6 +108,8 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         self._sched: MapScheduler | None = None
         self._checkpoints = Checkpoints(self.ds, self.buffer_size, self.strict)
         self._inputs: tuple[int, tuple[int, ...]] = (0, ())  # the inputs' seed, set on reset
+        # the inputs' seed of a restored state: kept over resets (else drawn anew without a seed)
+        self._restored_inputs: tuple[int, tuple[int, ...]] | None = None
         # after load_state_dict: (child_pos, read, pending) and the child's state to resume from
         self._resume_progress: tuple[int, int, list[int]] | None = None
         self._resume_child: dict[str, Any] | None = None
@@ -232,9 +241,13 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             return
         self._closed = False
         self.ds.reset_state()
-        # the inputs' streams: a function of the mapper's seed and path (see dataflow.rng)
-        seq = _rng.stage_sequence(self.seed, _rng.path_of(self), _rng.INPUTS)
-        self._inputs = _rng.seed_words(seq)
+        # the inputs' streams: a function of the mapper's seed and path (see dataflow.rng), or
+        # the seed of the state it was restored from (which holds the entropy drawn without one)
+        if self._restored_inputs is not None:
+            self._inputs = self._restored_inputs
+        else:
+            seq = _rng.stage_sequence(self.seed, _rng.path_of(self), _rng.INPUTS)
+            self._inputs = _rng.seed_words(seq)
         self._start_or_clean()
         self._sched = self._make_scheduler()
         self._sched.policy = self.error_policy
@@ -384,6 +397,11 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             "type": type(self).__name__, "strict": self.strict, "ordered": self.ordered,
             **self._counters(),
         }
+        if self._started or self._restored_inputs is not None:
+            # the inputs' seed: with no seed anywhere it is fresh entropy, drawn on reset, that
+            # a restore needs to map the rest of the epoch with the same random draws
+            entropy, spawn_key = self._inputs
+            state[SEED] = {"entropy": entropy, "spawn_key": list(spawn_key)}
         if self.strict:
             state["size"] = known_length(self.ds)
         sched = self._sched
@@ -415,6 +433,22 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             state["errors"] = errors
         return state
 
+    def _restore_inputs(self, seed: Any) -> None:
+        """Map from now on with the inputs' seed saved in a state; workers started with
+        another seed (fresh entropy drawn by this process's reset) are started again."""
+        try:
+            inputs = (int(seed["entropy"]), tuple(int(k) for k in seed["spawn_key"]))
+        except (KeyError, TypeError, ValueError) as e:
+            raise StateMismatchError(
+                f"state for stage {type(self).__name__}: expected a seed "
+                f"{{'entropy': int, 'spawn_key': [int, ...]}}, found {seed!r}; the state is "
+                "damaged."
+            ) from e
+        self._restored_inputs = inputs
+        if inputs != self._inputs and self._started:
+            self._shutdown()
+            self._ensure_started()
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a state from :meth:`state_dict`; the next ``__iter__`` continues from it.
 
@@ -426,6 +460,8 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             expected["size"] = known_length(self.ds)
         check_state(state, self, **expected)
         progress = check_progress(state, type(self).__name__)
+        if SEED in state:
+            self._restore_inputs(state[SEED])
         tuned = state.get("autotune")
         if self.autotuned and isinstance(tuned, dict) and isinstance(tuned.get("workers"), int):
             self._tuned = tuned
