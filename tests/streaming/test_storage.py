@@ -5,6 +5,7 @@ storage_options) and fsspec; secrets never reach logs or reprs; missing extras a
 from __future__ import annotations
 
 import logging
+import re
 import sys
 
 import pytest
@@ -97,3 +98,103 @@ def test_missing_extra_is_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "boto3", None)
     with pytest.raises(ImportError, match=r"dataflow-reloaded\[s3\]"):
         client_for("s3://b/k")
+
+
+# ---- URLs whose scheme no client reads ---------------------------------------------------
+
+def _supported(fsspec_part: str) -> str:
+    return ("Supported schemes: plain paths and file://, http://, https://, s3://, s3a://; "
+            + fsspec_part)
+
+
+def test_a_scheme_typo_names_the_parameter_the_url_and_the_fix():
+    from dataflow.streaming.source import StreamingShards
+
+    fsspec = pytest.importorskip("fsspec")
+    others = ", ".join(sorted(p for p in fsspec.available_protocols()
+                              if p not in ("file", "http", "https", "s3", "s3a")))
+    expected = ("`urls`: 'htp://host/x-000.tar' has the scheme 'htp', which no storage client "
+                "reads; did you mean 'http'? " + _supported(f"through fsspec: {others}."))
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        StreamingShards("htp://host/x-{000..003}.tar")
+    assert ", gs, " in expected and ", memory, " in expected  # fsspec's schemes are listed
+    # the fetcher and the scheme table name their own parameter, `url`
+    with ShardFetcher() as f, pytest.raises(ValueError, match=r"^`url`: 'htp://h/a' has the "
+                                                              r"scheme 'htp'.*did you mean 'http'"):
+        f.open("htp://h/a")
+    with pytest.raises(ValueError, match=r"^`url`: 's3x://b/k' has the scheme 's3x'.*did you "
+                                         r"mean 's3'\?"):
+        client_for("s3x://b/k")
+    with pytest.raises(ValueError, match=r"'qqqq'.*no storage client reads; check the scheme "
+                                         r"of the URL\. Supported"):
+        StreamingShards(["/a/b.tar", "qqqq://h/x.tar"])
+
+
+def test_a_scheme_typo_without_fsspec(monkeypatch):
+    from dataflow.streaming.source import StreamingShards
+
+    monkeypatch.setitem(sys.modules, "fsspec", None)
+    expected = ("`urls`: 'htp://host/a.tar' has the scheme 'htp', which no storage client "
+                "reads; did you mean 'http'? " + _supported(
+                    "other schemes (gs, az, hf, ...) need fsspec, which is not installed: "
+                    "pip install 'dataflow-reloaded[streaming]'."))
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        StreamingShards("htp://host/a.tar")
+    # a scheme that is no typo of ours may be fsspec's: the missing extra is named, as before
+    with pytest.raises(ImportError, match=r"dataflow-reloaded\[streaming\]"):
+        client_for("gs://b/k")
+
+
+# ---- storage_options that the S3 client does not take ------------------------------------
+
+S3_KEYS = ("api_version, aws_access_key_id, aws_secret_access_key, aws_session_token, "
+           "client_kwargs, config, endpoint_url, key, max_pool_connections, profile, "
+           "profile_name, region_name, secret, token, use_ssl, verify")
+
+
+def test_an_unknown_s3_option_is_refused_up_front():
+    from dataflow.streaming.source import StreamingShards
+
+    expected = ("`storage_options`: s3:// URLs take no option 'endpoint'; did you mean "
+                f"'endpoint_url'? The keys accepted for s3:// are: {S3_KEYS} (see "
+                "docs/streaming-io.md).")
+    with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        StreamingShards("s3://b/x-{0..3}.tar", storage_options={"endpoint": "http://h:1"})
+    with ShardFetcher(storage_options={"endpoint": "http://h:1"}) as f, \
+            pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+        f.open("s3://b/k")
+    with pytest.raises(ValueError, match=re.escape(
+            "`storage_options['client_kwargs']`: s3:// URLs take no option 'endpoint'; did "
+            "you mean 'endpoint_url'? The keys accepted for s3:// are: api_version, "
+            "endpoint_url, region_name, use_ssl, verify, aws_access_key_id, "
+            "aws_secret_access_key, aws_session_token (")):
+        client_for("s3://b/k", {"client_kwargs": {"endpoint": "http://h:1"}})
+    with pytest.raises(ValueError, match=r"^`storage_options`: s3:// URLs take no option "
+                                         r"'anonymous'\. The keys"):
+        client_for("s3://b/k", {"anonymous": True})
+    # an option given twice, under s3fs's name and boto3's: named, its value never shown
+    with pytest.raises(ValueError, match=r"^`storage_options`: 'secret' and "
+                                         r"'aws_secret_access_key' give the same option "
+                                         r"\(aws_secret_access_key\); give it once\.$"):
+        StreamingShards("s3://b/x.tar", storage_options={"secret": SECRET_KEY,
+                                                         "aws_secret_access_key": SECRET_KEY})
+    # options of other schemes are not the S3 client's to judge
+    StreamingShards("/d/x.tar", storage_options={"endpoint": "x"})
+
+
+def test_a_botocore_config_is_merged(data_dir, s3_server, aws_env):
+    from botocore.config import Config
+
+    url = f"s3://{BUCKET}/b.bin"
+    config = Config(s3={"addressing_style": "path"}, retries={"max_attempts": 9})
+    client = client_for(url, {"endpoint_url": s3_server.url, "config": config})
+    try:
+        _check_client(client, url, (data_dir / "b.bin").read_bytes())
+        merged = client._client.meta.config
+        assert merged.s3 == {"addressing_style": "path"}
+        assert merged.retries == {"total_max_attempts": 1, "mode": "standard"}  # ours win
+    finally:
+        client.close()
+    with pytest.raises(TypeError, match=r"`storage_options\['config'\]` must be a "
+                                        r"botocore\.config\.Config, got dict"):
+        client_for(url, {"endpoint_url": s3_server.url, "config": {"s3": {}}})

@@ -40,7 +40,8 @@ from typing import Any
 from dataflow.errors import ShardReadError
 from dataflow.streaming._download import Download, Shared, follow_download, run_download
 from dataflow.streaming._stream import ShardStream
-from dataflow.streaming.storage import StorageClient, client_for, is_transient
+from dataflow.streaming.storage import StorageClient, check_storage, client_for, is_transient
+from dataflow.streaming.urls import scheme_of
 
 __all__ = ["ShardFetcher", "ShardReadError"]
 
@@ -247,6 +248,7 @@ class ShardFetcher:
             cache = ShardCache(cache_dir, cache_limit)
         shared = Shared(budget=prefetch_bytes, retries=retries, backoff=float(backoff))
         self._state = _State(shared, storage_options or {}, float(timeout), concurrency, cache)
+        self._checked: set[str] = set()  # schemes whose URLs and options were checked
         self._finalizer = weakref.finalize(self, self._state.close)
 
     def __repr__(self) -> str:  # never the storage options: they may hold credentials
@@ -260,6 +262,10 @@ class ShardFetcher:
             raise TypeError(f"`url` must be a string, got {type(url).__name__}: {url!r}")
         _check_int("start", start, 0)
         _check_int("end", end, start, allow_none=True)
+        scheme = scheme_of(url)
+        if scheme not in self._checked:  # an unknown scheme or option fails here, not in a thread
+            check_storage([url], self._state.options, "url")
+            self._checked.add(scheme)
         return (url, start, end)
 
     def _check_open(self) -> None:

@@ -104,9 +104,11 @@ class StreamingShards(DataFlow):
                  prefetch_bytes: int = 256 << 20, cache_dir: str | None = None,
                  cache_limit: int | None = None, timeout: float = 30.0, retries: int = 5,
                  storage_options: dict[str, Any] | None = None) -> None:
+        from dataflow.streaming.storage.schemes import check_storage
         from dataflow.streaming.urls import expand_urls
 
         self.urls = expand_urls(urls)
+        check_storage(self.urls, storage_options, "urls")  # a typo fails here, not at a read
         # local shards are read in place, sample by sample (see "Reads" above)
         self._local = [scheme_of(u) == LOCAL for u in self.urls]
         self._local_bytes = 0  # bytes read from local shards (for profile_metrics)

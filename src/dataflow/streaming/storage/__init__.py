@@ -32,7 +32,7 @@ from dataflow.streaming.storage.base import (
     shutdown_socket,
 )
 from dataflow.streaming.storage.local import LocalClient
-from dataflow.streaming.storage.schemes import SCHEMES, client_for
+from dataflow.streaming.storage.schemes import SCHEMES, check_storage, check_url, client_for
 
 __all__ = [
     "SCHEMES",
@@ -40,6 +40,8 @@ __all__ = [
     "RangeBody",
     "StorageClient",
     "TransientError",
+    "check_storage",
+    "check_url",
     "client_for",
     "is_transient",
     "shutdown_socket",

@@ -13,6 +13,7 @@ fetcher retries, resuming at the first byte it lacks.
 
 from __future__ import annotations
 
+import difflib
 import re
 import threading
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ from typing import Any
 from dataflow._optional import import_optional
 from dataflow.streaming.storage import base
 
-__all__ = ["S3Client", "split_s3_url"]
+__all__ = ["ACCEPTED_KEYS", "S3Client", "check_options", "split_s3_url"]
 
 _CONTENT_RANGE = re.compile(r"bytes\s+\d+-\d+/(\d+)")
 #: S3 error codes that a later attempt may not meet
@@ -34,6 +35,50 @@ _SESSION_KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_toke
                  "profile_name", "region_name")
 _S3FS_NAMES = {"key": "aws_access_key_id", "secret": "aws_secret_access_key",
                "token": "aws_session_token", "profile": "profile_name"}
+#: the keys passed on to boto3's ``Session.client()`` (its own arguments, but ``config``,
+#: which is merged with ours)
+_CLIENT_KEYS = ("api_version", "endpoint_url", "region_name", "use_ssl", "verify",
+                "aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+#: every key of ``storage_options`` that an S3 client takes
+ACCEPTED_KEYS = tuple(sorted({*_SESSION_KEYS, *_CLIENT_KEYS, *_S3FS_NAMES, "client_kwargs",
+                              "config", "max_pool_connections"}))
+
+
+def _unknown_key(where: str, key: Any, accepted: tuple[str, ...]) -> ValueError:
+    close = difflib.get_close_matches(str(key), accepted, n=1)
+    fix = f"; did you mean {close[0]!r}?" if close else "."
+    return ValueError(
+        f"`{where}`: s3:// URLs take no option {key!r}{fix} The keys accepted for s3:// are: "
+        f"{', '.join(accepted)} (see docs/streaming-io.md)."
+    )
+
+
+def check_options(options: Mapping[str, Any]) -> None:
+    """Raise a ValueError for a key of ``options`` that boto3 would refuse (naming the key,
+    never a value), and for one option given twice under two names."""
+    for key in options:
+        if key not in ACCEPTED_KEYS:
+            raise _unknown_key("storage_options", key, ACCEPTED_KEYS)
+    client_kwargs = options.get("client_kwargs") or {}
+    if not isinstance(client_kwargs, Mapping):
+        raise TypeError("`storage_options['client_kwargs']` must be a dict, got "
+                        f"{type(client_kwargs).__name__}")
+    for key in client_kwargs:
+        if key not in _CLIENT_KEYS:
+            raise _unknown_key("storage_options['client_kwargs']", key, _CLIENT_KEYS)
+    names: dict[str, str] = {}
+    for where, keys in (("storage_options", options), ("client_kwargs", client_kwargs)):
+        for key in keys:
+            if key == "client_kwargs":
+                continue
+            name = _S3FS_NAMES.get(key, key)
+            shown = key if where == "storage_options" else f"client_kwargs[{key!r}]"
+            if name in names:
+                raise ValueError(
+                    f"`storage_options`: {names[name]!r} and {shown!r} give the same option "
+                    f"({name}); give it once."
+                )
+            names[name] = shown
 
 
 def split_s3_url(url: str) -> tuple[str, str]:
@@ -79,17 +124,29 @@ class S3Client(base.StorageClient):
                      ) -> S3Client:
         return cls(options, timeout=timeout)
 
+    @classmethod
+    def check_options(cls, scheme: str, options: Mapping[str, Any]) -> None:
+        check_options(options)
+
     def __init__(self, options: Mapping[str, Any], timeout: float = 30.0) -> None:
+        check_options(options)
         boto3 = import_optional("boto3", "reading s3:// URLs")
         botocore_config = import_optional("botocore.config", "reading s3:// URLs")
         self._exc = import_optional("botocore.exceptions", "reading s3:// URLs")
         opts = {_S3FS_NAMES.get(k, k): v for k, v in options.items()}
         client_kwargs = dict(opts.pop("client_kwargs", {}) or {})
         session = boto3.session.Session(**{k: opts.pop(k) for k in _SESSION_KEYS if k in opts})
+        # boto3's retries stay off and the timeouts are ours, whatever a given config says
         config = botocore_config.Config(
             retries={"total_max_attempts": 1, "mode": "standard"}, connect_timeout=timeout,
             read_timeout=timeout, max_pool_connections=int(opts.pop("max_pool_connections", 32)),
         )
+        user_config = opts.pop("config", None)
+        if user_config is not None:
+            if not isinstance(user_config, botocore_config.Config):
+                raise TypeError("`storage_options['config']` must be a botocore.config.Config, "
+                                f"got {type(user_config).__name__}")
+            config = user_config.merge(config)
         self._client = session.client("s3", config=config, **opts, **client_kwargs)
         self._lock = threading.Lock()
         urllib3 = import_optional("urllib3", "reading s3:// URLs")

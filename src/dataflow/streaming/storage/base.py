@@ -65,6 +65,12 @@ class StorageClient(ABC):
         ``timeout`` in seconds (what the scheme table calls)."""
         return cls()
 
+    @classmethod  # noqa: B027  (the default takes any options)
+    def check_options(cls, scheme: str, options: Mapping[str, Any]) -> None:
+        """Raise a ValueError naming ``storage_options`` and the offending key if the client
+        of ``scheme`` cannot take ``options`` (never showing a value: they may hold
+        credentials). The default takes any options."""
+
     @abstractmethod
     def size(self, url: str) -> int:
         """The size of the object in bytes."""
