@@ -124,10 +124,8 @@ def break_and_save(make_df: Any, k: int, epochs: int, limit: int | None = None
     calls = 0
     while len(got) < k and calls < epochs + 2:
         calls += 1
-        n = 0
-        for dp in ds:  # the break drops (closes) the loop's iterator, as a training loop's
+        for n, dp in enumerate(ds, 1):  # the break drops (closes) the loop's iterator
             got.append(to_plain(dp))
-            n += 1
             if len(got) == k or (limit is not None and n >= limit):
                 break
     state = _json(ds.state_dict())

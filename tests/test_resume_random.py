@@ -54,8 +54,8 @@ def _mapper(kind, seed):
             return df.MultiProcessMapDataZMQ(src, 2, augment, buffer_size=4, strict=True,
                                              ordered=True, seed=seed)
         if kind == "auto":
-            return df.ParallelMapData(src, "auto", augment, buffer_size=4, strict=True, ordered=True,
-                                      seed=seed)
+            return df.ParallelMapData(src, "auto", augment, buffer_size=4, strict=True,
+                                      ordered=True, seed=seed)
         raise AssertionError(kind)
 
     return make
@@ -90,10 +90,8 @@ def _take(ds, k, limit):
     last loop ``break``s right after the ``k``-th."""
     got = []
     for _ in range(4):
-        n = 0
-        for dp in ds:
+        for n, dp in enumerate(ds, 1):
             got.append(to_plain(dp))
-            n += 1
             if len(got) == k or (limit is not None and n >= limit):
                 break
         if len(got) >= k:
@@ -124,13 +122,11 @@ def _check(make, total, at, limit, breaks):
     if breaks:
         head = _take(saved, k, limit)
     else:  # a state taken between two datapoints of a loop that goes on
-        head, it = [], None  # noqa: F841
+        head, it = [], None
         while len(head) < k:
             it = iter(saved)
-            n = 0
-            for dp in it:
+            for n, dp in enumerate(it, 1):
                 head.append(to_plain(dp))
-                n += 1
                 if len(head) == k or (limit is not None and n >= limit):
                     break
             # (a loop cut by `limit` stands for a loop of an endless stage that goes on)

@@ -1,9 +1,11 @@
 """Command line: ``python -m dataflow <command>`` (also installed as ``dataflow``).
 
-Commands: ``demo``, ``profile module:function``, ``preview``; ``--version`` prints the
-version. Exit status: 0 on success; 2 for a usage error, printed as one line on stderr
-(no command: the help is printed to stderr; a bad option; a ``profile`` target that cannot be
-loaded or does not return a DataFlow; a bad ``preview`` augmentor spec).
+Commands: ``demo``, ``profile module:function``, ``index-shards``, ``preview``; ``--version``
+prints the version. Exit status: 0 on success; 2 for a usage error, printed as one line on
+stderr (no command: the help is printed to stderr; a bad option; a ``profile`` target that
+cannot be loaded, raises while it builds the flow or does not return a DataFlow, named with the
+exception as ``Type: message``; a bad ``preview`` augmentor spec). An error raised while a
+well-built flow runs is not a usage error: it shows its traceback (status 1).
 """
 
 from __future__ import annotations
@@ -11,13 +13,27 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from dataflow import demo as _demo
 
 
 class UsageError(Exception):
     """A command's input is wrong; :func:`main` prints the message as one line (status 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose errors (a bad option, a missing argument) are one line on
+    stderr with status 2, as the command's own usage errors are; ``--help`` shows the usage."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _one_line(e: BaseException) -> str:
+    """``Type: message``, a message of several lines joined into one."""
+    text = " ".join(line.strip() for line in str(e).splitlines() if line.strip())
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def _demo_cmd(args: argparse.Namespace) -> int:
@@ -55,18 +71,22 @@ def _load_target(target: str) -> Any:
                 f"cannot import {mod_name!r} for {target!r}: no module named {e.name!r}; run "
                 "from the directory that holds it, or add that directory to PYTHONPATH."
             ) from None
-        raise UsageError(f"importing {mod_name!r} for {target!r} failed: {e}") from None
-    except (ImportError, SyntaxError) as e:
-        raise UsageError(
-            f"importing {mod_name!r} for {target!r} failed: {type(e).__name__}: {e}"
-        ) from None
+        raise UsageError(f"importing {mod_name!r} for {target!r} failed: {_one_line(e)}") from None
+    except Exception as e:  # whatever the module's code raised, SyntaxError included
+        raise UsageError(f"importing {mod_name!r} for {target!r} failed: {_one_line(e)}") from None
     for part in func_name.split("."):
-        if not hasattr(obj, part):
+        owner = f"{type(obj).__name__} {getattr(obj, '__name__', mod_name)!r}"
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
             raise UsageError(
-                f"{target!r}: {type(obj).__name__} {getattr(obj, '__name__', mod_name)!r} has no "
-                f"attribute {part!r}; name a function that returns the dataflow to profile."
-            )
-        obj = getattr(obj, part)
+                f"{target!r}: {owner} has no attribute {part!r}; name a function that returns "
+                "the dataflow to profile."
+            ) from None
+        except Exception as e:  # a module __getattr__ or a property that raised
+            raise UsageError(
+                f"{target!r}: getting {part!r} from {owner} failed: {_one_line(e)}"
+            ) from None
     if not callable(obj):
         raise UsageError(
             f"{target!r} is a {type(obj).__name__}, not a function; name a function that "
@@ -90,7 +110,10 @@ def _profile_cmd(args: argparse.Namespace) -> int:
     if args.warmup < 0:
         raise UsageError(f"--warmup must be >= 0, got {args.warmup}.")
     func = _load_target(args.target)
-    flow = func()
+    try:
+        flow = func()
+    except Exception as e:  # the target could not build its flow: its input is wrong
+        raise UsageError(f"calling {args.target!r} failed: {_one_line(e)}") from None
     if not isinstance(flow, DataFlow):
         raise UsageError(
             f"{args.target!r} returned a {type(flow).__name__}, not a DataFlow; return the "
@@ -118,9 +141,10 @@ def _preview_cmd(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from dataflow import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="dataflow", description="dataflow: fast, reproducible input pipelines.",
-        epilog="Exit status: 0 on success, 2 for a usage error (also: no command).",
+        epilog="Exit status: 0 on success, 2 for a usage error (also: no command), printed as "
+               "one line on stderr.",
     )
     parser.add_argument("--version", action="version", version=f"dataflow-reloaded {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -138,7 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="skip the per-stage profile after the report")
     demo.set_defaults(func=_demo_cmd)
     prof = sub.add_parser(
-        "profile", help="time every stage of a pipeline and name the bottleneck"
+        "profile", help="time every stage of a pipeline and name the bottleneck",
+        description="Time every stage of the pipeline that module:function returns and name "
+                    "the bottleneck.",
+        epilog="Exit status: 0 on success; 2, with one line on stderr naming the target and "
+               "the exception (Type: message), when the target cannot be imported, is not a "
+               "function, raises while it builds the flow or does not return a DataFlow. An "
+               "error raised while the flow runs shows its traceback (status 1).",
     )
     prof.add_argument("target", help="module:function returning the dataflow to profile")
     prof.add_argument("--num", type=int, default=1000, help="datapoints to time (default 1000)")

@@ -21,7 +21,7 @@ import difflib
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -254,9 +254,17 @@ def _parse_coords(text: str) -> np.ndarray:
     return arr
 
 
+class _Parser(argparse.ArgumentParser):
+    """Its errors (a bad option or value) are one line on stderr with status 2, like the
+    command's other usage errors (``python -m dataflow``'s parser does the same)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def preview_main(argv: Sequence[str] | None = None) -> int:
     """``python -m dataflow preview``: write a grid of random augmentations of one image."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m dataflow preview",
         description="Write a PNG grid of an image under random draws of an augmentor list.",
     )
