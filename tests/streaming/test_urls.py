@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pathlib
+import re
 
 import pytest
 from hypothesis import given
@@ -77,3 +78,74 @@ def test_expansion_is_the_product_of_the_groups(parts, tail):
     for c in choices:
         expected = [e + x for e in expected for x in c]
     assert expand_urls(pattern) == [e + tail for e in expected]
+
+
+# ---- local globs ---------------------------------------------------------------------------
+
+@pytest.fixture
+def files(tmp_path):
+    for name in ["t-0002.tar", "t-0000.tar", "t-0010.tar", "t-0001.tar", "t-0000.tar.idx.json",
+                 "other.txt", "x[1].tar"]:
+        (tmp_path / name).write_bytes(b"")
+    (tmp_path / "t-dir.tar").mkdir()
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "t-0000.tar").write_bytes(b"")
+    return tmp_path
+
+
+def test_local_globs_expand_sorted_files_only(files):
+    d = str(files)
+    tars = [f"{d}/t-0000.tar", f"{d}/t-0001.tar", f"{d}/t-0002.tar", f"{d}/t-0010.tar"]
+    assert expand_urls(f"{d}/t-*.tar") == tars  # no directory, no index
+    assert expand_urls(f"{d}/t-*") == tars
+    assert expand_urls(f"file://{d}/t-000?.tar") == ["file://" + t for t in tars[:3]]
+    assert expand_urls(f"{d}/t-000[02].tar") == [tars[0], tars[2]]
+    assert expand_urls(f"{{{d},{d}/sub}}/t-0000.tar") == [tars[0], f"{d}/sub/t-0000.tar"]
+    assert expand_urls([f"{d}/*/t-*.tar", f"{d}/t-001*.tar"]) == [f"{d}/sub/t-0000.tar",
+                                                                   tars[3]]
+    assert expand_urls(f"{d}/x[1].tar") == [f"{d}/x[1].tar"]  # exists as written: kept
+
+
+def test_a_glob_that_matches_nothing(files, monkeypatch):
+    pattern = f"{files}/t-*.tgz"
+    with pytest.raises(FileNotFoundError, match=(
+            f"^`urls`: the glob {re.escape(repr(pattern))} matched no file; check the "
+            r"directory and the pattern \(`\*`, `\?` and `\[\.\.\.\]` match as in the shell\)$")):
+        expand_urls(pattern)
+    monkeypatch.chdir(files)
+    with pytest.raises(FileNotFoundError, match=(
+            r"^`urls`: the glob 'out/\*\.tar' matched no file \(relative to "
+            f"{re.escape(repr(str(files)))}\\); check")):
+        expand_urls("out/*.tar")
+    with pytest.raises(FileNotFoundError, match="the glob 'file://nowhere/a\\?' matched no"):
+        expand_urls("file://nowhere/a?")
+
+
+def test_remote_globs_are_refused_with_the_brace_form():
+    with pytest.raises(ValueError, match=re.escape(
+            "`urls`: 's3://b/train-*.tar' holds the glob character '*', but globs are "
+            "expanded for local paths and file:// URLs only, not for s3:// URLs (they are not "
+            "listed); name the shards with a brace range such as 'train-{000..099}.tar', or "
+            "give the list of URLs")):
+        expand_urls("s3://b/train-*.tar")
+    # a query string, an IPv6 host: no glob
+    assert expand_urls("https://h/x-{0..1}.tar?sig=a*b") == ["https://h/x-0.tar?sig=a*b",
+                                                            "https://h/x-1.tar?sig=a*b"]
+    assert expand_urls("http://[::1]:80/a.tar::b") == ["http://[::1]:80/a.tar", "b"]
+
+
+def test_streaming_shards_reads_a_glob(tmp_path, monkeypatch):
+    from dataflow.streaming.source import StreamingShards
+    from tests.streaming._shards import write_shards
+
+    (tmp_path / "out").mkdir()
+    paths = write_shards(tmp_path / "out", 25, 10)
+    monkeypatch.chdir(tmp_path)
+    ds = StreamingShards("out/*.tar", shuffle=False)
+    try:
+        assert ds.urls == ["out/t-0000.tar", "out/t-0001.tar", "out/t-0002.tar"]
+        assert [p.endswith(u) for p, u in zip(paths, ds.urls, strict=True)] == [True] * 3
+        ds.reset_state()
+        assert [int(d["cls"]) for d in ds] == list(range(25))
+    finally:
+        ds.close()

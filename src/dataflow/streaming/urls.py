@@ -5,10 +5,18 @@ pattern may hold several groups (expanded left to right, the rightmost varying f
 either a numeric range ``{a..b}`` (zero-padded to the width of the wider bound when either bound
 has a leading zero; descending when ``a > b``) or an alternation ``{x,y,z}``. Several patterns
 may be given in one string separated by ``::`` (webdataset's convention), or as a list.
+
+After the braces, a local path or ``file://`` URL holding glob characters (``*``, ``?``,
+``[...]``, as the shell's) is replaced by the regular files it matches, sorted by name (so the
+list, and with it the epoch plan, is the same on every rank that sees the same files); index
+files (``*.idx.json``) are left out. A path that exists as written is kept as it is, glob
+characters or not. A glob that matches no file raises ``FileNotFoundError``. Remote storage is
+not listed: a ``*`` in a remote URL raises a ``ValueError`` pointing to brace ranges.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 from collections.abc import Iterable
@@ -21,6 +29,11 @@ LOCAL = "file"
 _GROUP = re.compile(r"\{([^{}]*)\}")
 _RANGE = re.compile(r"^(-?\d+)\.\.(-?\d+)$")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+#: "::" between patterns, but not inside brackets (an IPv6 host: http://[::1]:8000/a.tar)
+_SEPARATOR = re.compile(r"::(?![^\[]*\])")
+_GLOB = re.compile(r"[*?\[]")
+#: what a glob leaves out: the shards' index files, which sit next to them
+_INDEX_SUFFIX = ".idx.json"
 #: at most this many URLs from one pattern (a typo such as ``{0..99999999}`` fails loudly)
 MAX_URLS = 10_000_000
 
@@ -68,9 +81,37 @@ def _expand_one(pattern: str) -> list[str]:
     return [prefix + tail for prefix in out]
 
 
+def _expand_glob(url: str) -> list[str]:
+    """``[url]``, or the sorted files that the glob ``url`` (a local path) matches."""
+    if scheme_of(url) != LOCAL:
+        path = url.split("?", 1)[0]  # a "?" in a remote URL starts its query
+        if "*" in path:
+            raise ValueError(
+                f"`urls`: {url!r} holds the glob character '*', but globs are expanded for "
+                f"local paths and file:// URLs only, not for {scheme_of(url)}:// URLs (they are "
+                "not listed); name the shards with a brace range such as "
+                "'train-{000..099}.tar', or give the list of URLs"
+            )
+        return [url]
+    path = strip_file_scheme(url)
+    if not _GLOB.search(path) or os.path.exists(path):
+        return [url]
+    found = sorted(p for p in glob.glob(path)
+                   if os.path.isfile(p) and not p.endswith(_INDEX_SUFFIX))
+    if not found:
+        where = "" if os.path.isabs(path) else f" (relative to {os.getcwd()!r})"
+        raise FileNotFoundError(
+            f"`urls`: the glob {url!r} matched no file{where}; check the directory and the "
+            "pattern (`*`, `?` and `[...]` match as in the shell)"
+        )
+    prefix = url[:len(url) - len(path)]  # "file://" or ""
+    return [prefix + p for p in found]
+
+
 def expand_urls(urls: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> list[str]:
     """The list of shard URLs that ``urls`` names: a brace pattern, several patterns joined
-    by ``::``, a path, or a list/tuple of any of these (each expanded in turn, order kept)."""
+    by ``::``, a path, a local glob, or a list/tuple of any of these (each expanded in turn,
+    order kept; a glob's files sorted)."""
     if isinstance(urls, (str, os.PathLike)):
         items: list[str | os.PathLike[str]] = [urls]
     elif isinstance(urls, Iterable) and not isinstance(urls, (bytes, bytearray)):
@@ -89,10 +130,11 @@ def expand_urls(urls: str | os.PathLike[str] | Iterable[str | os.PathLike[str]])
                 f"`urls`: every entry must be a string or a path, got "
                 f"{type(item).__name__}: {item!r}"
             )
-        for part in item.split("::"):
+        for part in _SEPARATOR.split(item):
             if not part:
                 raise ValueError(f"`urls`: empty URL in {item!r}")
-            out.extend(_expand_one(part))
+            for url in _expand_one(part):
+                out.extend(_expand_glob(url))
     if not out:
         raise ValueError(f"`urls` names no shard: {urls!r}; give at least one URL or path")
     return out
