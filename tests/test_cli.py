@@ -88,7 +88,8 @@ def test_no_command_prints_the_help_on_stderr_with_status_2():
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(
         "usage: dataflow [-h] [--version] {demo,profile,index-shards,preview}")
-    assert "Exit status: 0 on success, 2 for a usage error (also: no command)." in proc.stderr
+    assert "Exit status: 0 on success, 2 for a usage error (also: no command), printed as one " \
+           "line on stderr." in " ".join(proc.stderr.split())
 
 
 def test_version():
@@ -111,6 +112,24 @@ def as_list():
 def needs(x):
     return build()
 
+def fails():
+    raise FileNotFoundError("no such file: 'train.lmdb'")
+
+def fails_on_two_lines():
+    raise ValueError("first line\\n  second line")
+
+def fails_when_run():
+    def boom(dp):
+        raise RuntimeError("bad datapoint")
+    return df.MapData(build(), boom)
+
+class Holder:
+    @property
+    def build(self):
+        raise KeyError("build")
+
+holder = Holder()
+
 VALUE = 3
 """
 
@@ -127,8 +146,17 @@ VALUE = 3
     ("nosuchmodule:build", "cannot import 'nosuchmodule' for 'nosuchmodule:build': no module "
                            "named 'nosuchmodule'; run from the directory that holds it, or add "
                            "that directory to PYTHONPATH."),
-    ("broken:build", "importing 'broken' for 'broken:build' failed: No module named "
-                     "'not_installed_dependency'"),
+    ("broken:build", "importing 'broken' for 'broken:build' failed: ModuleNotFoundError: No "
+                     "module named 'not_installed_dependency'"),
+    ("raising:build", "importing 'raising' for 'raising:build' failed: RuntimeError: no GPU"),
+    ("badsyntax:build", "importing 'badsyntax' for 'badsyntax:build' failed: SyntaxError: "
+                        "invalid syntax (badsyntax.py, line 1)"),
+    ("pipes:fails", "calling 'pipes:fails' failed: FileNotFoundError: no such file: "
+                    "'train.lmdb'"),
+    ("pipes:fails_on_two_lines", "calling 'pipes:fails_on_two_lines' failed: ValueError: first "
+                                 "line second line"),
+    ("pipes:holder.build", "'pipes:holder.build': getting 'build' from Holder 'pipes' failed: "
+                           "KeyError: 'build'"),
     ("pipes", "`target` must look like module:function (e.g. mypipeline:build), got 'pipes'."),
     ("pipes:build:x", "`target` must look like module:function (e.g. mypipeline:build), got "
                       "'pipes:build:x'."),
@@ -137,9 +165,51 @@ VALUE = 3
 def test_bad_profile_target_is_one_line_and_status_2(tmp_path, target, message):
     (tmp_path / "pipes.py").write_text(_PIPELINES)
     (tmp_path / "broken.py").write_text("import not_installed_dependency\n")
+    (tmp_path / "raising.py").write_text("raise RuntimeError('no GPU')\n")
+    (tmp_path / "badsyntax.py").write_text("def (:\n")
     proc = _run(["profile", target], cwd=tmp_path)
     assert (proc.returncode, proc.stdout) == (2, "")
     assert proc.stderr == f"dataflow profile: error: {message}\n"
+
+
+def test_profile_target_help_states_the_exit_status():
+    proc = _run(["profile", "--help"])
+    assert proc.returncode == 0
+    assert " ".join(proc.stdout.split()).endswith(
+        "Exit status: 0 on success; 2, with one line on stderr naming the target and the "
+        "exception (Type: message), when the target cannot be imported, is not a function, "
+        "raises while it builds the flow or does not return a DataFlow. An error raised while "
+        "the flow runs shows its traceback (status 1).")
+
+
+def test_an_error_while_the_flow_runs_keeps_its_traceback(tmp_path):
+    (tmp_path / "pipes.py").write_text(_PIPELINES)
+    proc = _run(["profile", "pipes:fails_when_run", "--num", "5", "--warmup", "0"], cwd=tmp_path)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert proc.stderr.startswith("Traceback (most recent call last):")
+    assert proc.stderr.endswith("RuntimeError: bad datapoint\n")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["profile"], "dataflow profile: error: the following arguments are required: target "
+                  "(see dataflow profile --help)"),
+    (["demo", "--images", "x"], "dataflow demo: error: argument --images: invalid int value: "
+                                "'x' (see dataflow demo --help)"),
+    (["preview", "--bogus"], "python -m dataflow preview: error: unrecognized arguments: "
+                             "--bogus (see python -m dataflow preview --help)"),
+])
+def test_a_bad_option_is_one_line_and_status_2(args, message):
+    proc = _run(args)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (2, "", message + "\n")
+
+
+def test_an_unknown_command_is_one_line_and_status_2():
+    proc = _run(["nosuchcommand"])
+    assert (proc.returncode, proc.stdout, proc.stderr.count("\n")) == (2, "", 1)
+    # (how argparse quotes the choices depends on the Python version)
+    assert proc.stderr.startswith(
+        "dataflow: error: argument command: invalid choice: 'nosuchcommand' (choose from ")
+    assert proc.stderr.endswith(") (see dataflow --help)\n")
 
 
 def test_good_profile_target_runs(tmp_path):
