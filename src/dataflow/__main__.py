@@ -65,14 +65,13 @@ def _load_target(target: str) -> Any:
     sys.path.insert(0, os.getcwd())
     try:
         obj: Any = importlib.import_module(mod_name)
-    except ModuleNotFoundError as e:
-        if e.name is not None and (mod_name == e.name or mod_name.startswith(e.name + ".")):
-            raise UsageError(
-                f"cannot import {mod_name!r} for {target!r}: no module named {e.name!r}; run "
+    except Exception as e:  # whatever the module's code raised, SyntaxError included
+        missing = e.name if isinstance(e, ModuleNotFoundError) else None
+        if missing is not None and (mod_name == missing or mod_name.startswith(missing + ".")):
+            raise UsageError(  # the target's own module (not one it imports) is not there
+                f"cannot import {mod_name!r} for {target!r}: no module named {missing!r}; run "
                 "from the directory that holds it, or add that directory to PYTHONPATH."
             ) from None
-        raise UsageError(f"importing {mod_name!r} for {target!r} failed: {_one_line(e)}") from None
-    except Exception as e:  # whatever the module's code raised, SyntaxError included
         raise UsageError(f"importing {mod_name!r} for {target!r} failed: {_one_line(e)}") from None
     for part in func_name.split("."):
         owner = f"{type(obj).__name__} {getattr(obj, '__name__', mod_name)!r}"
