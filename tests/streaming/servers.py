@@ -1,6 +1,7 @@
 """Real servers on 127.0.0.1 for the streaming tests: an HTTP file server with Range support,
-moto's S3 server, and a fault-injecting HTTP proxy in front of either. Each is a context
-manager that stops its threads and closes its sockets on exit."""
+Python's own file server (which ignores Range), moto's S3 server, and a fault-injecting HTTP
+proxy in front of either. Each is a context manager that stops its threads and closes its
+sockets on exit."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import threading
 from collections import deque
 from typing import Any
 
-__all__ = ["FaultProxy", "MotoS3", "RangeHTTPServer", "free_port"]
+__all__ = ["FaultProxy", "MotoS3", "PlainHTTPServer", "RangeHTTPServer", "free_port"]
 
 SLOWDOWN_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
@@ -122,6 +123,37 @@ class RangeHTTPServer(_Server):
     def __init__(self, root: str) -> None:
         self.root = os.path.realpath(root)
         super().__init__()
+
+
+class _PlainFileHandler(http.server.SimpleHTTPRequestHandler):
+    """Python's own file server, as ``python -m http.server`` runs it (it ignores Range)."""
+
+    def __init__(self, request: Any, client_address: Any, server: Any) -> None:
+        super().__init__(request, client_address, server, directory=server.owner.root)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self.server.owner.count_get(self.headers.get("Range"))  # type: ignore[attr-defined]
+        super().do_GET()
+
+
+class PlainHTTPServer(_Server):
+    """``python -m http.server`` over ``root``: it answers every GET with the whole file (200),
+    whatever its ``Range`` header asks. ``ranges`` lists the Range header of each GET."""
+
+    handler = _PlainFileHandler
+
+    def __init__(self, root: str) -> None:
+        self.root = os.path.realpath(root)
+        self.ranges: list[str | None] = []
+        self._lock = threading.Lock()
+        super().__init__()
+
+    def count_get(self, rng: str | None) -> None:
+        with self._lock:
+            self.ranges.append(rng)
 
 
 class _ProxyHandler(http.server.BaseHTTPRequestHandler):

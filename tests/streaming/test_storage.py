@@ -4,15 +4,18 @@ storage_options) and fsspec; secrets never reach logs or reprs; missing extras a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sys
+import warnings
 
 import pytest
 
 from dataflow.streaming.fetch import ShardFetcher, ShardReadError
 from dataflow.streaming.storage import client_for
 from tests.streaming.conftest import BUCKET, SECRET_KEY
+from tests.streaming.servers import PlainHTTPServer
 
 RANGES = [(0, None), (0, 10), (5, 100_000), (99_990, None), (99_999, 100_000), (100_000, None)]
 
@@ -198,3 +201,91 @@ def test_a_botocore_config_is_merged(data_dir, s3_server, aws_env):
     with pytest.raises(TypeError, match=r"`storage_options\['config'\]` must be a "
                                         r"botocore\.config\.Config, got dict"):
         client_for(url, {"endpoint_url": s3_server.url, "config": {"s3": {}}})
+
+
+# ---- an HTTP server that ignores Range requests ----------------------------------------------
+
+def _ignored_range_message(port: int, rng: str, url: str) -> str:
+    return (
+        f"dataflow: the HTTP server 127.0.0.1:{port} ignores Range requests (it answered 200 "
+        f"with the whole object to 'Range: {rng}' for {url}). The samples stay right, but "
+        "every range request now downloads the shard from its first byte to the range's end, "
+        "so each rank reads about whole shards, some several times, instead of its own "
+        "samples' ranges. Serve the shards with a server that supports Range requests: nginx, "
+        "Apache, Caddy, an object store (S3, MinIO), or `pip install rangehttpserver; python -m "
+        "RangeHTTPServer` instead of `python -m http.server`; or pass cache_dir= so that each "
+        "node downloads each shard once.")
+
+
+def _range_warnings(record) -> list[str]:
+    return [str(w.message) for w in record
+            if w.category is RuntimeWarning and "ignores Range" in str(w.message)]
+
+
+@contextlib.contextmanager
+def _recording():
+    """Every warning, from any thread (the fetcher's included), in a list."""
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        yield record
+
+
+def test_a_server_that_ignores_range_is_read_right_and_named_once(data_dir):
+    expected = (data_dir / "b.bin").read_bytes()
+    with PlainHTTPServer(str(data_dir)) as server:
+        url = f"{server.url}/b.bin"
+        with _recording() as record:
+            client = client_for(url)
+            _check_client(client, url, expected)  # every range, cut out of whole answers
+            _check_client(client, url, expected)
+            client.close()
+            with ShardFetcher(retries=0) as f, f.open(url, 99_000, 99_100) as s:
+                assert s.read() == expected[99_000:99_100]
+        assert server.ranges[:3] == ["bytes=0-", "bytes=0-9", "bytes=5-99999"]
+        assert _range_warnings(record) == [_ignored_range_message(server.port, "bytes=0-9",
+                                                                 url)]
+    with PlainHTTPServer(str(data_dir)) as other:  # another server: warned of in turn
+        url = f"{other.url}/a.bin"
+        with _recording() as record, ShardFetcher(retries=0) as f, f.open(url, 1 << 20) as s:
+            assert s.read() == (data_dir / "a.bin").read_bytes()[1 << 20:]
+        assert _range_warnings(record) == [_ignored_range_message(
+            other.port, "bytes=1048576-", url)]
+
+
+def test_whole_reads_and_range_servers_give_no_warning(data_dir, http_server):
+    with _recording() as record:
+        with PlainHTTPServer(str(data_dir)) as server, ShardFetcher(retries=0) as f:
+            with f.open(f"{server.url}/b.bin") as s:  # the whole object: nothing wasted
+                assert s.read() == (data_dir / "b.bin").read_bytes()
+            with f.open(f"{server.url}/b.bin", 0, 100_000) as s:
+                assert s.read() == (data_dir / "b.bin").read_bytes()
+        client = client_for(f"{http_server.url}/b.bin")
+        _check_client(client, f"{http_server.url}/b.bin", (data_dir / "b.bin").read_bytes())
+        client.close()
+    assert _range_warnings(record) == []
+
+
+def test_streaming_shards_over_a_server_that_ignores_range(tmp_path):
+    from dataflow.streaming.source import StreamingShards
+    from tests.streaming._shards import write_shards
+
+    paths = write_shards(tmp_path, 30, 7)
+    kwargs = {"seed": 3, "window": 8, "world_size": 2}
+    expected = []
+    for rank in range(2):
+        local = StreamingShards(paths, rank=rank, **kwargs)
+        local.reset_state()
+        expected.append([(d["__key__"], d["cls"], d["txt"]) for d in local])
+        local.close()
+    with PlainHTTPServer(str(tmp_path)) as server, _recording() as record:
+        got = []
+        for rank in range(2):
+            ds = StreamingShards(f"{server.url}/t-{{0000..0004}}.tar", rank=rank, **kwargs)
+            ds.reset_state()
+            got.append([(d["__key__"], d["cls"], d["txt"]) for d in ds])
+            ds.close()
+    assert got == expected
+    assert [len(g) for g in got] == [15, 15]
+    assert len(_range_warnings(record)) == 1
+    assert _range_warnings(record)[0].startswith(
+        f"dataflow: the HTTP server 127.0.0.1:{server.port} ignores Range requests")

@@ -13,6 +13,7 @@ import http.client
 import re
 import threading
 import urllib.parse
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,35 @@ def _split(url: str) -> tuple[_Key, str]:
     if p.query:
         path += "?" + p.query
     return (scheme, p.hostname or "", port), path
+
+
+#: the hosts (scheme, host, port) already warned of ignoring Range requests, in this process
+_IGNORED_RANGE: set[_Key] = set()
+_ignored_range_lock = threading.Lock()
+
+
+def _warn_ignored_range(key: _Key, url: str, rng: str) -> None:
+    """Warn, once per host and process, that the server of ``url`` answered the whole object
+    (200) to a request for the bytes ``rng``: the data stay right (the range is cut out of
+    the answer), but every rank then downloads far more than its own samples."""
+    with _ignored_range_lock:
+        if key in _IGNORED_RANGE:
+            return
+        _IGNORED_RANGE.add(key)
+    host = f"{key[1]}:{key[2]}"
+    warnings.warn(
+        f"dataflow: the HTTP server {host} ignores Range requests (it answered 200 with the "
+        f"whole object to 'Range: {rng}' for {url}). The samples stay right, but every "
+        "range request now downloads the shard from its first byte to the range's end, so "
+        "each rank reads about whole shards, some several times, instead of its own samples' "
+        "ranges. Serve the shards with a server that supports Range requests: nginx, Apache, "
+        "Caddy, an object store (S3, MinIO), or "
+        "`pip install rangehttpserver; python -m RangeHTTPServer` instead of "
+        "`python -m http.server`; or pass cache_dir= so that each node downloads each shard "
+        "once.",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def raise_for_status(status: int, reason: str, url: str) -> None:
@@ -194,13 +224,18 @@ class HTTPClient(StorageClient):
             m = _CONTENT_RANGE.match(resp.getheader("Content-Range") or "")
             if m and m.group(3) != "*":
                 total = int(m.group(3))
-        else:  # 200: the whole object, whatever the Range said
+        else:  # 200: the whole object, whatever the Range said; the range is cut out here
             skip, total = start, length
+            if start or (end is not None and (length is None or end < length)):
+                _warn_ignored_range(key, url, rng)
+            if length is not None and start >= length:
+                resp.close()
+                self._drop(conn)
+                return EmptyBody(length)
             if length is not None:
-                stop = length if end is None else min(end, length)
-                length = max(0, stop - start) + start
-        if skip and length is not None:
-            length -= skip
+                length = (length if end is None else min(end, length)) - start
+            elif end is not None:  # no Content-Length: read the range's bytes, no further
+                length = end - start
         return _HTTPBody(self, key, conn, resp, skip, length, total)
 
     def close(self) -> None:
