@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import tarfile
 
 import pytest
 
@@ -210,3 +212,66 @@ def test_process_mapper_and_pickled_copies(shards):
 
 def _double_cls(dp):
     return int(dp["cls"]) * 2
+
+
+# ---- more ranks than samples ---------------------------------------------------------------
+
+def test_more_ranks_than_samples_under_drop_is_refused(tmp_path, monkeypatch):
+    paths = write_shards(tmp_path, 250, 100)
+    expected = (
+        "StreamingShards: 300 ranks (world_size=300) over 250 samples: under partial='drop' "
+        "every rank would yield 0 samples per epoch (a rank yields one sample per full round "
+        "of 300 positions of the global order, and 250 samples make no full round). Use at "
+        "most 250 ranks, add samples (more shards or larger ones: ranks split the samples, "
+        "not the shards), or pass partial='pad' (each rank then yields 1 sample per epoch, 50 "
+        "of the 300 being repeats).")
+    ds = StreamingShards(paths, world_size=300, rank=7)
+    try:
+        with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
+            ds.reset_state()
+    finally:
+        ds.close()
+    monkeypatch.setenv("WORLD_SIZE", "251")
+    monkeypatch.setenv("RANK", "0")
+    ds = StreamingShards(paths)
+    try:
+        with pytest.raises(ValueError, match=r"^StreamingShards: 251 ranks \(WORLD_SIZE=251\) "
+                                             r"over 250 samples: .* 1 of the 251 being "
+                                             r"repeats\)\.$"):
+            ds.reset_state()
+    finally:
+        ds.close()
+
+
+def test_as_many_ranks_as_samples_or_pad(tmp_path):
+    paths = write_shards(tmp_path, 25, 10)
+    sizes = (10, 10, 5)
+    order = global_order(sizes, 0, 0, 4096).tolist()
+    ds = _open(paths, world_size=25, rank=24)
+    try:
+        assert (len(ds), _cls(ds)) == (1, [order[24]])
+    finally:
+        ds.close()
+    got = []
+    for rank in (0, 26, 29):
+        ds = _open(paths, world_size=30, rank=rank, partial="pad")
+        try:
+            got.append((len(ds), _cls(ds)))
+        finally:
+            ds.close()
+    assert got == [(1, [order[0]]), (1, [order[1]]), (1, [order[4]])]
+
+
+def test_shards_without_samples_are_refused(tmp_path):
+    path = tmp_path / "empty.tar"
+    with tarfile.open(path, "w"):
+        pass
+    ds = StreamingShards([str(path), str(path)])
+    try:
+        with pytest.raises(ValueError, match=(
+                r"^StreamingShards: 2 shards of `urls` \(the first: "
+                f"{re.escape(repr(str(path)))}\\) hold no sample, so every epoch would be "
+                r"empty; check the shards and their \.idx\.json indexes\.$")):
+            ds.reset_state()
+    finally:
+        ds.close()

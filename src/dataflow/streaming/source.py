@@ -12,10 +12,12 @@ by the streaming tar reader as their bytes arrive.
 
 **Who am I.** ``rank``/``world_size`` from the arguments, else ``torch.distributed`` when it is
 initialized, else the ``RANK``/``WORLD_SIZE`` environment variables, else ``0``/``1``; read at
-``reset_state()``. The workers of one rank split its share through the
-:class:`~dataflow.sharding.ShardableSource` protocol: ``dataflow.torch``'s DataLoader workers and
-``shard(ds, worker, num_workers)`` call :meth:`iter_shard`, and each worker then reads only its
-own samples (the others are :data:`~dataflow.sharding.SKIPPED` placeholders, never read).
+``reset_state()``, which refuses a world size larger than the number of samples under
+``partial="drop"`` (every rank would yield nothing). The workers of one rank split its share
+through the :class:`~dataflow.sharding.ShardableSource` protocol: ``dataflow.torch``'s
+DataLoader workers and ``shard(ds, worker, num_workers)`` call :meth:`iter_shard`, and each
+worker then reads only its own samples (the others are :data:`~dataflow.sharding.SKIPPED`
+placeholders, never read).
 
 **Reads.** Samples of one shard that lie close together (gaps under 256 KiB) are read as one
 byte range, others each as its own range, so a rank reads about ``1/world_size`` of the bytes.
@@ -36,6 +38,7 @@ counted.
 from __future__ import annotations
 
 import os
+import sys
 from collections import deque
 from collections.abc import Generator, Iterator
 from typing import Any
@@ -78,11 +81,13 @@ def _truncated(url: str, key: str, end: int) -> CorruptFileError:
                             f"(byte {end}): truncated")
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def world_from_env() -> tuple[int, int]:
     """``(rank, world_size)`` from ``torch.distributed`` if initialized, else ``RANK`` and
     ``WORLD_SIZE``, else ``(0, 1)``."""
-    import sys
-
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return int(dist.get_rank()), int(dist.get_world_size())
@@ -143,6 +148,39 @@ class StreamingShards(DataFlow):
             self._fetcher = ShardFetcher(**self._fetch_args)
         if self._indexes is None:
             self._indexes = [self._load_index(u) for u in self.urls]
+        self._check_not_empty()
+
+    def _world_source(self) -> str:
+        """Where ``world_size`` came from, as the user would write it."""
+        if self._world_arg is not None:
+            return f"world_size={self.world_size}"
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return f"torch.distributed's world size {self.world_size}"
+        return f"WORLD_SIZE={self.world_size}"
+
+    def _check_not_empty(self) -> None:
+        """Raise a ValueError when every rank would yield nothing per epoch: the shards hold
+        no sample, or, under ``partial="drop"``, there are fewer samples than ranks (a rank
+        yields one sample per full round of ``world_size`` positions). No rank is ever empty
+        while another is not: all yield ``len(self)`` samples."""
+        n, world = sum(self.sizes), self.world_size
+        if n == 0:
+            raise ValueError(
+                f"StreamingShards: {_count(len(self.urls), 'shard')} of `urls` (the first: "
+                f"{self.urls[0]!r}) hold no sample, so every epoch would be empty; check the "
+                "shards and their .idx.json indexes."
+            )
+        if self.partial == "drop" and n < world:
+            raise ValueError(
+                f"StreamingShards: {world} ranks ({self._world_source()}) over {n} samples: "
+                "under partial='drop' every rank would yield 0 samples per epoch (a rank "
+                f"yields one sample per full round of {world} positions of the global order, "
+                f"and {n} samples make no full round). Use at most {n} ranks, add samples (more "
+                "shards or larger ones: ranks split the samples, not the shards), or pass "
+                f"partial='pad' (each rank then yields 1 sample per epoch, {world - n} of the "
+                f"{world} being repeats)."
+            )
 
     def _load_index(self, url: str) -> ShardIndex:
         try:
