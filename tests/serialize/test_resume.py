@@ -292,20 +292,29 @@ def test_readers_inside_wrappers(tmp_path):
 
 
 # ---------------------------------------------------------------------------- epoch bounds
-def test_closed_iteration_ends_the_epoch(tmp_path):
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_state_saved_after_a_break_resumes_at_the_next_datapoint(tmp_path, shuffle):
     path = _save_lmdb(tmp_path / "a.lmdb")
-    reader = LMDBSerializer.load(path, shuffle=False)
+    reader = LMDBSerializer.load(path, shuffle=shuffle, seed=3)
     reader.reset_state()
     it = iter(reader)
-    next(it)
-    it.close()  # the next __iter__ starts a new epoch, and a restored reader does the same
+    first = [next(it)[0], next(it)[0]]
+    it.close()  # a break: the epoch is left unfinished after the datapoints delivered
     state = reader.state_dict()
-    assert (state["epoch"], state["pos"], state["done"]) == (0, 1, True)
-    fresh = LMDBSerializer.load(path, shuffle=False)
+    assert (state["epoch"], state["pos"], state["done"]) == (0, 2, False)
+    if not shuffle:  # a sequential scan continues after the key of the record delivered last
+        assert first == [0, 1] and state["key"] == b"00000001".hex()
+    fresh = LMDBSerializer.load(path, shuffle=shuffle, seed=3)
     fresh.reset_state()
     fresh.load_state_dict(state)
-    assert [dp[0] for dp in fresh] == list(range(N))
-    assert fresh.state_dict()["epoch"] == 1
+    rest = [dp[0] for dp in fresh]
+    assert sorted(first + rest) == list(range(N)) and len(rest) == N - 2
+    assert fresh.state_dict()["epoch"] == 0
+    # in the same process, the next __iter__ still starts a new epoch
+    again = [dp[0] for dp in reader]
+    assert sorted(again) == list(range(N)) and reader.state_dict()["epoch"] == 1
+    if not shuffle:
+        assert again == list(range(N))
 
 
 def test_before_the_first_epoch_and_at_its_end(tmp_path):
@@ -323,13 +332,15 @@ def test_before_the_first_epoch_and_at_its_end(tmp_path):
 def test_state_of_another_size_names_stage_expected_and_found(tmp_path):
     small, big = _save_lmdb(tmp_path / "s.lmdb", 4), _save_lmdb(tmp_path / "b.lmdb", 6)
     state, _ = _state_after(LMDBSerializer.load(big, shuffle=True, seed=1), 2)
-    with pytest.raises(StateMismatchError, match=r"stage _LoadedLMDBData: expected size=4, "
-                                                 r"found size=6"):
+    with pytest.raises(StateMismatchError, match=r"^state for stage LMDBSerializer\.load: "
+                                                 r"expected size=4, found size=6; the state was "
+                                                 r"saved from another pipeline or dataset\.$"):
         LMDBSerializer.load(small, shuffle=True).load_state_dict(state)
-    with pytest.raises(StateMismatchError, match=r"expected shuffle=False, found shuffle=True"):
+    with pytest.raises(StateMismatchError, match=r"^state for stage LMDBSerializer\.load: "
+                                                 r"expected shuffle=False, found shuffle=True"):
         LMDBSerializer.load(big, shuffle=False).load_state_dict(state)
-    with pytest.raises(StateMismatchError, match=r"stage LMDBData: expected type 'LMDBData', "
-                                                 r"found '_LoadedLMDBData'"):
+    with pytest.raises(StateMismatchError, match=r"^state for stage LMDBData: expected type "
+                                                 r"'LMDBData', found 'LMDBSerializer\.load'; "):
         LMDBData(big, shuffle=True).load_state_dict(state)
     tf_path = _save_tfrecord(tmp_path / "a.tfrecord")
     tf_state, _ = _state_after(TFRecordSerializer.load(tf_path, reader="builtin"), 1)
@@ -364,3 +375,63 @@ def test_state_pointing_elsewhere_in_the_file(tmp_path):
     with pytest.raises(StateMismatchError, match=r"expected the byte offset of record 2, an int "
                                                  r"in \[32, \d+\], found 10"):
         df.load_state_dict({**tf_state, "offset": 10})
+
+
+# ------------------------------------------------------------- the stage's public name
+def test_lmdb_serializer_load_states_name_the_function_the_user_called(tmp_path):
+    path = _save_lmdb(tmp_path / "a.lmdb")
+    seq_state, _ = _state_after(LMDBSerializer.load(path, shuffle=False), 2)
+    assert seq_state == {"type": "LMDBSerializer.load", "size": N, "shuffle": False,
+                         "epoch": 0, "pos": 2, "done": False, "key": b"00000001".hex()}
+    raw_state, _ = _state_after(LMDBData(path, shuffle=False), 2)
+    assert raw_state["type"] == "LMDBData"
+    df = LMDBSerializer.load(path, shuffle=False)
+    with pytest.raises(StateMismatchError, match=(
+            r"^state for stage LMDBSerializer\.load: expected type 'LMDBSerializer\.load', "
+            r"found 'LMDBData'; the state was saved from a pipeline of another structure\.$")):
+        df.load_state_dict(raw_state)
+    with pytest.raises(StateMismatchError, match=(
+            r"^state for stage LMDBSerializer\.load: expected a position in \[0, 6\], found 9; "
+            r"the state is damaged\.$")):
+        df.load_state_dict({**seq_state, "pos": 9})
+    with pytest.raises(StateMismatchError, match=(
+            r"^state for stage LMDBSerializer\.load: expected a key present in '.*a\.lmdb', "
+            r"found b'zz'; the state was saved from another database\.$")):
+        df.load_state_dict({**seq_state, "key": b"zz".hex()})
+    with pytest.raises(StateMismatchError, match=(
+            r"^state for stage LMDBSerializer\.load: expected the hex key of the last datapoint "
+            r"delivered, a str, found 'nothex'; the state was saved from another database\.$")):
+        df.load_state_dict({**seq_state, "key": "nothex"})
+    shuffled, _ = _state_after(LMDBSerializer.load(path, shuffle=True, seed=1), 2)
+    with pytest.raises(StateMismatchError, match=(
+            r"^state for stage LMDBSerializer\.load: expected a seed \{'entropy': int, "
+            r"'spawn_key': \[int, \.\.\.\]\}, found \{'entropy': 'x'\}; the state is "
+            r"damaged\.$")):
+        LMDBSerializer.load(path, shuffle=True).load_state_dict(
+            {**shuffled, "seed": {"entropy": "x"}})
+
+
+def test_lmdb_serializer_load_takes_states_saved_under_the_old_private_name(tmp_path):
+    path = _save_lmdb(tmp_path / "a.lmdb")
+    for shuffle in (False, True):
+        state, rest = _state_after(LMDBSerializer.load(path, shuffle=shuffle, seed=2), 2)
+        old = {**state, "type": "_LoadedLMDBData"}  # as saved before the stage had its name
+        df = LMDBSerializer.load(path, shuffle=shuffle, seed=2)
+        df.reset_state()
+        df.load_state_dict(old)
+        assert [to_plain(dp) for dp in df] == rest and len(rest) == N - 2
+        assert df.state_dict()["type"] == "LMDBSerializer.load"
+    with pytest.raises(StateMismatchError, match=r"^state for stage LMDBData: expected type "
+                                                 r"'LMDBData', found '_LoadedLMDBData'; "):
+        LMDBData(path, shuffle=False).load_state_dict(old)
+
+
+def test_lmdb_serializer_load_iterated_before_reset_names_the_function(tmp_path):
+    from dataflow.errors import DataFlowError
+
+    path = _save_lmdb(tmp_path / "a.lmdb")
+    with pytest.raises(DataFlowError, match=r"^LMDBSerializer\.load was iterated before "
+                                            r"reset_state\(\): call reset_state\(\) once"):
+        list(LMDBSerializer.load(path, shuffle=True))
+    with pytest.raises(DataFlowError, match=r"^LMDBData was iterated before reset_state\(\)"):
+        list(LMDBData(path, shuffle=True))

@@ -29,10 +29,19 @@ from itertools import islice
 from typing import Any
 
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow, RNGDataFlow
+from dataflow.errors import DataFlowError
 from dataflow.serialize._atomic import CorruptFileError, check_source_path, import_optional
 from dataflow.serialize.codec import get_loads, loads, sniff_codec
 from dataflow.sharding import SKIPPED
-from dataflow.state import ReaderState, StateMismatchError, mismatch
+from dataflow.state import (
+    DONE,
+    POS,
+    TYPE,
+    ReaderState,
+    StateMismatchError,
+    check_state,
+    mismatch,
+)
 
 __all__ = ["LMDBData", "LMDBDataDecoder"]
 
@@ -143,10 +152,15 @@ class LMDBData(ReaderState, RNGDataFlow):
     ``len`` is exact. Not reentrant. The database is opened at construction only to count
     entries, then closed; ``reset_state()`` (or the first ``__iter__``) reopens it, so the
     flow can be forked or pickled before that. ``state_dict()`` saves the epoch, the position
-    (and, for a sequential scan, the key of the last datapoint delivered, in hex) and the seed.
+    (and, for a sequential scan, the key of the last datapoint delivered, in hex) and the seed;
+    its ``type`` is the stage's public name, ``"LMDBData"`` (``"LMDBSerializer.load"`` for the
+    flow that function returns), which state errors name too.
     """
 
+    #: the public name of the stage, in its errors and states (default: the class's name)
     _WHAT = ""
+    #: the ``type`` of states saved by earlier versions, loaded as the current one
+    _OLD_TYPES: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -265,7 +279,7 @@ class LMDBData(ReaderState, RNGDataFlow):
         cur = self._cursor = txn.cursor()
         if start:  # continue after the last key delivered before the state was saved
             if self._seq_key is None or not cur.set_key(self._seq_key):
-                raise mismatch(self, "the saved key in", repr(self._lmdb_path),
+                raise mismatch(self._what, "the saved key in", repr(self._lmdb_path),
                                self._seq_key, "the database changed since the state was saved.")
             if not cur.next():
                 return iter(())
@@ -343,6 +357,10 @@ class LMDBData(ReaderState, RNGDataFlow):
                 self._end(token)  # (exhausted; a closed iterator leaves the epoch unfinished)
             finally:
                 if self._token is token:
+                    if self._cursor is not None and not self._done and self._pos > start:
+                        # closed before its end: the epoch goes on after the record delivered
+                        # last, where the cursor stands (the transaction ends with this block)
+                        self._seq_key = bytes(self._cursor.key())
                     self._cursor = None
 
     def _iter_keys(
@@ -383,6 +401,46 @@ class LMDBData(ReaderState, RNGDataFlow):
             raise self._decode_error(e, epoch) from e
 
     # ----------------------------------------------------------------- state
+    # ReaderState names a stage by its class; this reader is also made by a function
+    # (LMDBSerializer.load) through a private class, so its states and their errors carry the
+    # name the user wrote instead, self._what.
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch, position, size, shuffle, seed and, for a sequential scan, the key of the
+        last datapoint delivered; ``type`` is the stage's public name."""
+        return {**super().state_dict(), TYPE: self._what}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a state of the same database (same number of datapoints) and ``shuffle``;
+        a mismatch raises :class:`StateMismatchError` naming the stage as the user made it."""
+        if isinstance(state, dict) and state.get(TYPE) in self._OLD_TYPES:
+            state = {**state, TYPE: self._what}
+        n = len(self)
+        check_state(state, self._what, size=n, shuffle=self._shuffle)
+        pos = state.get(POS)
+        if not isinstance(pos, int) or isinstance(pos, bool) or not 0 <= pos <= n:
+            raise mismatch(self._what, "a position in", f"[0, {n}]", pos, "the state is damaged.")
+        if not state[DONE]:
+            self._check_extra(state)
+        self._forget_iteration()
+        self.restore_epoch(state)
+
+    def _load_seed_state(self, seed: dict[str, Any]) -> None:
+        try:
+            super()._load_seed_state(seed)
+        except StateMismatchError:
+            raise mismatch(self._what, "a seed", "{'entropy': int, 'spawn_key': [int, ...]}",
+                           seed, "the state is damaged.") from None
+
+    def _require_reset(self) -> None:
+        try:
+            super()._require_reset()
+        except DataFlowError as e:  # the message begins with the class's name
+            name = type(self).__name__
+            message = str(e)
+            if name == self._what or not message.startswith(name):
+                raise
+            raise DataFlowError(self._what + message[len(name):]) from None
+
     def _state_extra(self) -> dict[str, Any]:
         if self._shuffle or self._explicit_keys:
             return {}
@@ -401,12 +459,12 @@ class LMDBData(ReaderState, RNGDataFlow):
         try:
             key = bytes.fromhex(state.get("key"))  # type: ignore[arg-type]
         except (TypeError, ValueError):
-            raise mismatch(self, "the hex key of the last datapoint delivered, a str;", "",
+            raise mismatch(self._what, "the hex key of the last datapoint delivered,", "a str",
                            state.get("key"), hint) from None
         self._open()
         with self._env.begin(buffers=False) as txn:
             if txn.get(key) is None:
-                raise mismatch(self, "a key present in", repr(self._lmdb_path), key, hint)
+                raise mismatch(self._what, "a key present in", repr(self._lmdb_path), key, hint)
         self._seq_key = key
 
     def _decode_error(self, e: Exception, epoch: int) -> CorruptFileError:
@@ -447,9 +505,14 @@ def _lmdb_loader(path: Any, shuffle: bool, seed: int | None) -> LMDBData:
 
 
 class _LoadedLMDBData(LMDBData):
-    """``LMDBData`` yielding ``loads(value)`` directly (no MapData layer on the hot path)."""
+    """``LMDBData`` yielding ``loads(value)`` directly (no MapData layer on the hot path).
+
+    Its errors and states name it ``LMDBSerializer.load``, what the user called; states saved
+    before that (``type`` ``"_LoadedLMDBData"``) still load.
+    """
 
     _WHAT = "LMDBSerializer.load"
+    _OLD_TYPES = ("_LoadedLMDBData",)
 
     def _decoder(self) -> Callable[[bytes], Any] | None:
         return get_loads(self._codec)
