@@ -8,7 +8,9 @@ import warnings
 
 import pytest
 
+from dataflow import DataFromList
 from dataflow.streaming.source import StreamingShards
+from dataflow.streaming.writer import TarShardSerializer
 from tests.streaming._shards import write_shards
 
 wds = pytest.importorskip("webdataset")
@@ -56,3 +58,18 @@ def test_we_read_webdataset_shards_without_index(tmp_path):
     assert got[0]["json"] == b'{"i": 0}'
     shuffled = _read_ours(urls, seed=3, window=6, world_size=2, rank=1)
     assert len(shuffled) == 7
+
+
+def test_webdataset_reads_the_shards_a_refused_save_left(tmp_path):
+    # two datapoints of one key are refused before they reach a shard (webdataset would stop
+    # at them with "duplicate file name in tar file"); the shards finished before stay readable
+    dps = [{"__key__": k, "cls": i} for i, k in enumerate(["a", "b", "c", "d", "e", "a"])]
+    with pytest.raises(ValueError, match="datapoint 5 has the key 'a', as datapoint 0 had"):
+        TarShardSerializer.save(DataFromList(dps, shuffle=False), tmp_path / "t-%d.tar",
+                                max_count=2, progress=False)
+    paths = [str(tmp_path / "t-0.tar"), str(tmp_path / "t-1.tar")]
+    assert sorted(os.listdir(tmp_path)) == ["t-0.tar", "t-0.tar.idx.json", "t-1.tar",
+                                            "t-1.tar.idx.json"]
+    got = _read_webdataset(paths)
+    assert [(d["__key__"], d["cls"]) for d in got] == [("a", b"0"), ("b", b"1"), ("c", b"2"),
+                                                        ("d", b"3")]
