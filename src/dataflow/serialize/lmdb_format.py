@@ -106,7 +106,8 @@ def _target_file(path: str) -> str:
 
 
 class LMDBSerializer:
-    """Save a DataFlow to LMDB / load it back. See the module docstring for the layout."""
+    """Save a DataFlow to an LMDB database / load it back (see the module docstring for the
+    layout, which is tensorpack's: files go both ways). Guide: ``docs/serialize.md``."""
 
     @staticmethod
     def save(
@@ -119,22 +120,54 @@ class LMDBSerializer:
         map_size: int | None = None,
         progress: bool = True,
     ) -> None:
-        """Write one epoch of ``df`` (after calling ``df.reset_state()``) to ``path``.
+        """Write one epoch of ``df`` to the LMDB database ``path``.
+
+        Calls ``df.reset_state()`` itself (as tensorpack does), then iterates ``df`` once, so
+        ``df`` must be finite. Datapoint ``i`` is stored under the key ``b"%08d" % i`` as
+        ``dumps(datapoint)``, followed by a ``b"__keys__"`` entry listing the keys: the layout
+        of tensorpack's ``LMDBSerializer``, whose ``load`` reads these files (and whose files
+        :meth:`load` reads). Memory stays bounded: a write transaction holds at most
+        ``write_frequency`` datapoints and about 64 MB.
+
+        The save is atomic: the database is written to a temporary file next to the target,
+        synced, and renamed onto it once complete. If the save fails or is interrupted
+        (an exception from ``df``, the codec or the disk; ``KeyboardInterrupt`` included),
+        nothing is left behind and an existing target is untouched.
 
         Args:
             df: a finite DataFlow.
-            path: an LMDB file to create, or an existing directory (``data.mdb`` goes inside).
-            write_frequency: datapoints per write transaction (at most; transactions are also
-                cut at about 64 MB).
-            overwrite: replace an existing database.
-            codec: ``"pickle"`` (tensorpack >= 0.9.9) or ``"msgpack"`` (older tensorpack).
-            map_size: initial LMDB map size in bytes (default 1 TiB of address space on 64-bit
-                Linux, 128 MiB elsewhere); it doubles as needed.
-            progress: show a tqdm bar (datapoints/s and MB/s).
+            path: the LMDB file to create, or an existing directory, which then gets the file
+                ``data.mdb`` (as in tensorpack). Its directory must exist.
+            write_frequency: datapoints per write transaction, at most (default 5000;
+                transactions are also cut at about 64 MB). Any value writes the same file.
+            overwrite: replace an existing database (default False: refuse it, as tensorpack
+                does; the NumPy, HDF5 and TFRecord saves replace by default).
+            codec: how datapoints are encoded: ``"pickle"`` (protocol 5, what tensorpack >=
+                0.9.9 writes and reads; the default) or ``"msgpack"`` (what tensorpack 0.8.9 -
+                0.9.8 wrote). :meth:`load` detects either.
+            map_size: the initial LMDB map size in bytes, at least 4096 (default 1 TiB of
+                address space on 64-bit Linux, which costs no disk, 128 MiB elsewhere); it is
+                doubled as needed between transactions, and no datapoint is lost when it grows.
+            progress: show a tqdm progress bar (datapoints/s and MB/s) on stderr.
+
+        Returns:
+            None. ``LMDBSerializer.load(path)`` reads the database back.
 
         Raises:
             FileExistsError: the target exists and ``overwrite`` is false.
-            TypeError: a datapoint cannot be serialized (message names its index).
+            FileNotFoundError: the directory of ``path`` does not exist.
+            TypeError: ``df`` is not a DataFlow, or a datapoint cannot be serialized (the
+                message names its index and structure).
+            ValueError: ``write_frequency``, ``map_size`` or ``codec`` is invalid.
+            OSError: LMDB failed to write (a full disk, a file too large); nothing was saved.
+            ImportError: the ``lmdb`` package is missing (``pip install
+                'dataflow-reloaded[lmdb]'``).
+
+        Example::
+
+            ds = DataFromList([[np.zeros((2, 2)), 0], [np.ones((2, 2)), 1]], shuffle=False)
+            LMDBSerializer.save(ds, "/tmp/train.lmdb", progress=False)
+            loaded = LMDBSerializer.load("/tmp/train.lmdb", shuffle=False)
         """
         path = os.fspath(path)
         if (
@@ -180,8 +213,24 @@ class LMDBSerializer:
     def load(path: str | os.PathLike, shuffle: bool = True, *, seed: int | None = None) -> LMDBData:
         """A flow yielding the saved datapoints (exact ``len``, any number of epochs).
 
-        ``shuffle=False`` is one sequential cursor scan in key (= saving) order; ``shuffle=True``
-        reads by key in a new random order every epoch.
+        Args:
+            path: an LMDB file, or a directory holding ``data.mdb``: written by :meth:`save`
+                or by tensorpack's ``LMDBSerializer.save`` (pickle or msgpack values, detected).
+            shuffle: ``False``: one sequential cursor scan in key (= saving) order, the fastest
+                read. ``True`` (the default, as in tensorpack): reads by key in a new random
+                order every epoch.
+            seed: seed of the shuffle orders (default: the global seed, else OS entropy).
+
+        Returns:
+            an :class:`LMDBData` whose datapoints are the decoded values (tensorpack returned
+            ``MapData(LMDBData(...), loads)``; this does the same in one stage). It is
+            resumable: its ``state_dict()`` has ``type`` ``"LMDBSerializer.load"``.
+
+        Raises:
+            FileNotFoundError: ``path`` does not exist, or is a directory without ``data.mdb``.
+            CorruptFileError: ``path`` is not a readable or a complete LMDB database.
+
+        Decoding unpickles: load only files you trust.
         """
         return _lmdb_loader(path, shuffle, seed)
 
