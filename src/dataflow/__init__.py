@@ -61,6 +61,7 @@ from dataflow.parallel import (
     RemoteDataZMQ,
     ThreadedMapData,
     autotune,
+    autotune_report,
     send_dataflow_zmq,
 )
 from dataflow.profiler import profile
@@ -229,6 +230,7 @@ __all__ = [
     "WorkerError",
     "__version__",
     "autotune",
+    "autotune_report",
     "dataset",
     "get_seed",
     "imgaug",

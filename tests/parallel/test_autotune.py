@@ -21,8 +21,8 @@ from dataflow.parallel import (
     autotune,
 )
 from dataflow.parallel.autotuning import stage as _autotune
+from dataflow.parallel.autotuning.backend import BackendProbe, choose_backend, thread_start
 from dataflow.parallel.autotuning.stage import CpuShare, default_share
-from dataflow.parallel.tuning import _thread_start, choose_backend
 from dataflow.sources import DataFromList
 from tests.parallel import flows
 
@@ -118,35 +118,102 @@ def test_cpu_share_minimum_is_one_worker() -> None:
     assert share.maximum("y", 1.0) == 1
 
 
-@pytest.mark.parametrize(("cpu", "speedup", "cores", "backend"), [
-    (0.1, 1.0, 8, "thread"), (0.9, 1.9, 8, "thread"), (0.95, 1.05, 8, "process"),
-    (0.95, 1.05, 1, "thread"),
+@pytest.mark.parametrize(("overlap", "cores_used", "budget", "backend", "computes"), [
+    (4.0, 0.1, 8, "thread", False),  # it waits
+    (2.0, 1.8, 8, "thread", True),  # it releases the GIL
+    (3.0, 1.0, 8, "process", True),  # it holds the GIL: one core however many map
+    (3.0, 1.0, 1, "thread", True),  # ... but the budget has one core
+    (1.0, 0.9, 8, "thread", True),  # the threads never overlapped: unknown, threads
 ])
-def test_choose_backend(cpu, speedup, cores, backend) -> None:
-    assert choose_backend(cpu, speedup, cores)[0] == backend
+def test_choose_backend(overlap, cores_used, budget, backend, computes) -> None:
+    choice = choose_backend(overlap, cores_used, budget)
+    assert (choice.backend, choice.computes) == (backend, computes)
+
+
+def test_the_probe_measures_the_union_of_the_spans() -> None:
+    probe = BackendProbe(4)
+    # two threads each mapping 20 ms chunks side by side with 20 ms of CPU each: 2 cores
+    got = [probe.add(0.02 * k, 0.02 * k + 0.02, 0.02) for k in range(4) for _ in range(2)]
+    assert got[:-1] == [None] * 7
+    last = got[-1]
+    assert last is not None and last.backend == "thread" and last.computes
+    assert (round(last.overlap, 6), round(last.cores, 6)) == (2.0, 2.0)
+    gil = BackendProbe(4)  # the same spans with one core's CPU in all: it holds the GIL
+    last = [gil.add(0.02 * k, 0.02 * k + 0.02, 0.01) for k in range(4) for _ in range(2)][-1]
+    assert last is not None and last.backend == "process"
+    assert (round(last.overlap, 6), round(last.cores, 6)) == (2.0, 1.0)
 
 
 def test_computing_threads_start_at_one_per_core() -> None:
     # waiting work starts at the stage's start (4 threads per core of the budget: it may
     # climb to many); work that computes in threads starts at one per core
-    assert [_thread_start(0.3, 8, 2), _thread_start(0.5, 8, 2), _thread_start(0.9, 4, 1),
-            _thread_start(0.9, 1, 4)] == [8, 2, 1, 1]
-    cores = default_share().cores
-    with ParallelMapData(flows.Range(N), AUTOTUNE, flows.waits) as waits:
-        assert isinstance(waits, MultiThreadMapData) and waits.num_workers == 4 * cores
+    assert [thread_start(False, 8, 2), thread_start(True, 8, 2), thread_start(True, 4, 1),
+            thread_start(True, 1, 4)] == [8, 2, 1, 1]
 
 
-def test_parallel_map_data_probes_and_logs_one_line(caplog) -> None:
+class _Counting:
+    """A map function that counts its calls (a side effect the probe must not add to)."""
+
+    def __init__(self, func) -> None:
+        self.func, self.calls = func, 0
+        self.__name__ = func.__name__
+
+    def __call__(self, dp):
+        self.calls += 1
+        return self.func(dp)
+
+
+@pytest.mark.parametrize(("func", "backend"), [(flows.waits, "thread"), (flows.spin, "process")])
+def test_parallel_map_data_measures_its_stream_and_logs_one_line(caplog, func, backend) -> None:
+    counting = _Counting(func)
     with caplog.at_level(logging.INFO, logger="dataflow.parallel"):
-        m = ParallelMapData(flows.Range(N), AUTOTUNE, flows.waits, strict=True, ordered=True)
-    lines = [r.getMessage() for r in caplog.records if "ParallelMapData(waits)" in r.getMessage()]
-    assert lines == ["ParallelMapData(waits): it waits " + lines[0].split("it waits ")[1]]
-    assert isinstance(m, MultiThreadMapData) and m.autotuned  # waiting work: threads
-    with m:
-        assert [dp[0] for dp in m] == list(range(N))
+        m = ParallelMapData(flows.Range(4 * N), 4, counting, strict=True, ordered=True)
+        assert counting.calls == 0 and isinstance(m, MultiThreadMapData)
+        assert dataflow.autotune_report(m) == [{"stage": "MultiThreadMapData", "depth": 0}]
+        with m:
+            assert [dp[0] for dp in m] == list(range(4 * N))
+    want = backend if default_share().cores >= 2 else "thread"
+    # each input mapped once, nothing extra for the probe: here all of them on threads; after
+    # a move, the rest in the worker processes (whose calls this counter does not see)
+    assert counting.calls == 4 * N if want == "thread" else 0 < counting.calls < 4 * N
+    name = func.__name__
+    lines = [r.getMessage() for r in caplog.records if f"ParallelMapData({name})" in
+             r.getMessage()]
+    assert len(lines) == 1
+    choice = m.backend_choice
+    assert choice is not None and lines[0] == f"ParallelMapData({name}): {choice.reason}"
+    assert (choice.backend, m.backend) == (want, want)
+    assert dataflow.autotune_report(m) == [
+        {"stage": "MultiThreadMapData", "depth": 0, "backend_choice": choice.to_dict()}]
+
+
+def test_parallel_map_data_with_a_fixed_backend() -> None:
     pinned = ParallelMapData(flows.Range(3), 2, flows.spin, backend="process")
     assert isinstance(pinned, MultiProcessMapDataZMQ) and pinned.num_proc == 2
     pinned.close()
+    threads = ParallelMapData(flows.Range(3), 2, flows.spin, backend="thread")
+    assert isinstance(threads, MultiThreadMapData) and dataflow.autotune_report(threads) == []
+    threads.close()
+
+
+def test_autotune_report_finds_stages_anywhere_in_the_pipeline(short_windows) -> None:
+    inner = MultiThreadMapData(flows.Range(N), AUTOTUNE, flows.waits, strict=True)
+    ds = dataflow.BatchData(dataflow.MapData(inner, lambda dp: dp), 4)
+    assert [(e["stage"], e["depth"], e["workers"]) for e in dataflow.autotune_report(ds)] == [
+        ("MultiThreadMapData", 2, inner.num_workers)]
+    with ds:
+        ds.reset_state()
+        assert sum(len(b[0]) for b in ds) == N
+    report = dataflow.autotune_report(ds)
+    assert report[0]["workers"] == inner.num_workers
+    assert report[0]["decisions"] == inner.state_dict()["autotune"]["decisions"]
+
+
+@pytest.mark.parametrize("cores", [0, -1, 1.5, "2"])
+def test_autotune_refuses_a_bad_core_count(cores) -> None:
+    with pytest.raises((ValueError, TypeError), match=r"`cores` must be a positive int, got "
+                       + repr(cores).replace(".", r"\.")):
+        autotune(flows.Range(3), cores=cores)
 
 
 def test_profiler_shows_the_decisions(short_windows) -> None:

@@ -20,7 +20,7 @@ SIGNATURES = {
     "ParallelMapData": "(ds, num_workers='auto', map_func=None)",
 }
 #: the autotuner's setting and whole-pipeline entry point
-AUTOTUNING = {"AUTOTUNE", "autotune"}
+AUTOTUNING = {"AUTOTUNE", "autotune", "autotune_report"}
 ALIASES = {
     "PrefetchData": "MultiProcessRunner",
     "MultiProcessPrefetchData": "MultiProcessRunner",

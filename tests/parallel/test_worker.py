@@ -92,8 +92,9 @@ def test_map_loop_answers_every_index_even_on_error():
     assert sent[0][0] == ERROR
     assert sent[0][2].index == 1
     assert sent[1][:3] == (DATA, 2, [(0, [2]), (1, None), (2, [4])])
-    start, end = sent[1][3]  # when the chunk was mapped, for the profiler
-    assert 0 < start <= end
+    # when the chunk was mapped (the profiler) and the thread's CPU seconds in it (the probe)
+    start, end, cpu = sent[1][3]
+    assert 0 < start <= end and 0 <= cpu <= end - start + 0.01
 
 
 def test_runner_stream_stops_when_all_workers_ended():

@@ -32,7 +32,8 @@ lost, no process is left behind.
 Autotuning (``tuning``, above the back ends, over ``autotuning/``): a worker count or buffer
 of ``"auto"`` (:data:`AUTOTUNE`) is chosen, and a mapper's worker count kept tuned while it
 runs (``resize()``), within the process's CPU budget; :func:`autotune` gives a pipeline's stages one
-budget; :func:`ParallelMapData` also picks the back end.
+budget; :func:`ParallelMapData` also picks the back end; :func:`autotune_report` says what each
+chose and why.
 
 Every runner and mapper can save and restore where its iteration stands (``state_dict()`` /
 ``load_state_dict()``, JSON-serializable): ordered mappers resume exactly, unordered ones
@@ -48,7 +49,7 @@ from dataflow.parallel.plasma import PlasmaGetData, PlasmaPutData
 from dataflow.parallel.process import MultiProcessPrefetchData, MultiProcessRunner, PrefetchData
 from dataflow.parallel.remote import RemoteDataZMQ, send_dataflow_zmq
 from dataflow.parallel.thread import MultiThreadMapData, MultiThreadPrefetchData, MultiThreadRunner
-from dataflow.parallel.tuning import AUTOTUNE, ParallelMapData, autotune
+from dataflow.parallel.tuning import AUTOTUNE, ParallelMapData, autotune, autotune_report
 from dataflow.parallel.zmq_map import (
     MultiProcessMapAndBatchData,
     MultiProcessMapAndBatchDataZMQ,
@@ -75,5 +76,5 @@ __all__ = [
     "MultiProcessPrefetchData", "MultiProcessRunner", "MultiProcessRunnerZMQ",
     "MultiThreadMapData", "MultiThreadPrefetchData", "MultiThreadRunner", "ParallelMapData",
     "PlasmaGetData", "PlasmaPutData", "PrefetchData", "PrefetchDataZMQ", "RemoteDataZMQ",
-    "ThreadedMapData", "autotune", "send_dataflow_zmq",
+    "ThreadedMapData", "autotune", "autotune_report", "send_dataflow_zmq",
 ]

@@ -293,9 +293,30 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         """Call ``recorder(worker, start, end, 0.0)`` for every chunk a worker mapped, while
         iterating; used by :func:`dataflow.profile`. (A worker waits between its chunks.)"""
         self._recorder = recorder
-        if self._sched is not None:
-            self._sched.on_span = None if recorder is None else (
-                lambda w, start, end: recorder(w, start, end, 0.0))
+        self._route_spans()
+
+    def _route_spans(self) -> None:
+        """Send the workers' chunk spans to the profiler's recorder and the back-end probe."""
+        sched = self._sched
+        if sched is None:
+            return
+        recorder, probe = self._recorder, self._span_probe()
+        if recorder is None and probe is None:
+            sched.on_span = None
+            return
+
+        def on_span(w: int, start: float, end: float, cpu: float = 0.0) -> None:
+            if recorder is not None:
+                recorder(w, start, end, 0.0)
+            if probe is not None:
+                probe(start, end, cpu)
+
+        sched.on_span = on_span
+
+    def _span_probe(self) -> Callable[[float, float, float], None] | None:
+        """What measures the chunks' spans for this stage's own decisions (the thread
+        mapper's back-end probe), if anything."""
+        return None
 
     _recorder: Callable[[int, float, float, float], None] | None = None
 

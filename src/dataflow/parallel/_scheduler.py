@@ -65,8 +65,10 @@ class MapScheduler:
     ) -> None:
         self.transport = transport
         self.strict, self.stage = strict, stage
-        #: called with ``(worker, start, end)`` of each chunk a worker mapped (the profiler)
-        self.on_span: Callable[[int, float, float], None] | None = None
+        #: called with ``(worker, start, end, cpu)`` of each chunk a worker mapped (the
+        #: profiler; the back-end probe): its wall-clock span and the worker thread's CPU
+        #: seconds in it
+        self.on_span: Callable[[int, float, float, float], None] | None = None
         #: inputs the workers answered so far (all passes; the autotuner's throughput)
         self.answered = 0
         #: told how long each wait for a result took (the autotuner; see ``_autotune``)
@@ -203,8 +205,6 @@ class MapScheduler:
         kind, payload = msg[0], msg[2]
         if kind == DATA:
             self.answered += len(payload)
-            if self.on_span is not None and len(msg) > 3:
-                self.on_span(msg[1], *msg[3])
             policy, failed = self.policy, self._failed
             for item in payload:
                 idx, out = item
@@ -231,6 +231,9 @@ class MapScheduler:
                     self._ready.append(item)  # the (index, result) pair
                 else:
                     self._nones += 1
+            # (after the message is accounted for: what it calls may swap the transport)
+            if self.on_span is not None and len(msg) > 3:
+                self.on_span(msg[1], *msg[3])
         elif kind == ERROR:
             idx = payload.index
             pos = self._outstanding.get(idx) if idx is not None else None

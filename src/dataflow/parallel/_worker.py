@@ -54,7 +54,7 @@ def map_loop(
             if chunk is None:
                 return
             results = []
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.thread_time()
             _rng.set_input_scope(scope)
             try:
                 for index, key, dp in chunk:
@@ -75,7 +75,8 @@ def map_loop(
             if finish_chunk is not None:
                 results = finish_chunk(results)
             try:
-                emit((DATA, worker_id, results, (start, time.perf_counter())))
+                emit((DATA, worker_id, results,
+                      (start, time.perf_counter(), time.thread_time() - cpu)))
             except WorkerStopped:
                 raise
             except Exception as e:  # e.g. a result that cannot be pickled: every input of the

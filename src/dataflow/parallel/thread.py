@@ -20,6 +20,12 @@ from dataflow.errors import DataFlowTerminated, WorkerError
 from dataflow.parallel._mapper import MapperBase, WorkerCount
 from dataflow.parallel._runner import RunnerBase
 from dataflow.parallel._worker import map_loop, queue_emitter, runner_loop
+from dataflow.parallel.autotuning.backend import (
+    BackendChoice,
+    BackendProbe,
+    may_move,
+    thread_start,
+)
 from dataflow.parallel.autotuning.stage import THREADS_PER_CORE, resolve_runner_count
 from dataflow.state import child_state
 from dataflow.validation import check_positive_int, known_length, renamed_kwargs
@@ -326,6 +332,12 @@ class MultiThreadMapData(MapperBase):
     #: set by ``ParallelMapData(backend="auto")`` for work that computes on a budget of two
     #: cores or more: the autotuner may move it to processes (see ``_move_after``)
     _may_move = False
+    #: set by ``ParallelMapData(backend="auto")``: the stage measures its first chunks and
+    #: moves its work to processes if it holds the GIL (see ``autotuning.backend``)
+    _choose = False
+    #: what that measurement chose, and why (``None`` until it has)
+    backend_choice: BackendChoice | None = None
+    _backend_probe: BackendProbe | None = None
     _pool: Any = None  # the worker processes, once the work moved to processes
     _retiring: Any = None  # the threads' transport, while they answer what they have
 
@@ -412,10 +424,55 @@ class MultiThreadMapData(MapperBase):
         self._core_per_worker = 1.0 if backend == "process" else 1 / THREADS_PER_CORE
         self.profile_hint = "process-map" if backend == "process" else "thread-map"
 
+    # ---- the back-end choice of ParallelMapData(backend="auto") ------------------------------
+
+    def _span_probe(self) -> Callable[[float, float, float], None] | None:
+        if not self._choose or self.backend_choice is not None or self.backend != "thread":
+            return None
+        if self._backend_probe is None:
+            self._backend_probe = BackendProbe(self._share().cores)
+        return self._probe_span
+
+    def _probe_span(self, start: float, end: float, cpu: float) -> None:
+        probe = self._backend_probe
+        choice = probe.add(start, end, cpu) if probe is not None else None
+        if choice is not None:
+            self._chosen(choice)
+
+    def _chosen(self, choice: BackendChoice) -> None:
+        """Act on the probe's choice (in the consumer's thread, between two messages)."""
+        self.backend_choice, self._backend_probe = choice, None
+        self._route_spans()  # (the probe is done)
+        logger.info("ParallelMapData(%s): %s", _func_name(self.map_func), choice.reason)
+        cores = self._share().cores
+        self._may_move = may_move(choice.computes, cores)
+        if choice.backend == "process":
+            self._request_move()
+        elif self.autotuned:
+            n = thread_start(choice.computes, self.num_workers, cores)
+            if n != self.num_workers:
+                if self._tuner is not None:
+                    self._tuner.set_workers(n, choice.reason)
+                    n = self._tuner.controller.workers
+                self.resize(n)
+
+    def autotune_state(self) -> dict[str, Any] | None:
+        state = super().autotune_state()
+        if state is not None and self.backend_choice is not None:
+            state = {**state, "backend_choice": self.backend_choice.to_dict()}
+        return state
+
     def _restore_backend(self, backend: Any) -> None:
+        if self._choose and backend in ("thread", "process"):
+            self.backend_choice = BackendChoice(backend, "restored from a state", True, 0, 0)
+            self._may_move = True
         if backend != "process" or not self._may_move or self.backend == "process":
             return
         if self._started:
             self._request_move()
         else:
             self._set_backend("process")
+
+
+def _func_name(func: Any) -> str:
+    return getattr(func, "__name__", type(func).__name__)

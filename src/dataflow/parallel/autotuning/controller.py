@@ -217,6 +217,11 @@ class Controller:
                 return self._change(fewer, "no more workers to try: trying fewer", rate)
         return self._change(n, "", rate)
 
+    def override(self, n: int, reason: str) -> int:
+        """Run ``n`` workers from now on (within the bounds) for ``reason``, decided outside
+        the controller (the stage's own measurement); the controller goes on from there."""
+        return self._change(n, reason, 0.0)
+
     def _move(self, rate: float) -> int:
         """Move the work to processes (once), keeping the count."""
         reason = (f"consumer-bound at {self.workers} worker(s) for {self._bound} windows: the "

@@ -149,6 +149,13 @@ class StageTuner:
             logger.info("%s: %s", self.name, ctl.decisions[-1].reason)
             self._move()
 
+    def set_workers(self, n: int, reason: str) -> None:
+        """The stage runs ``n`` workers from now on for ``reason`` (a measurement of its own):
+        a decision of the controller's, from which it goes on."""
+        self.controller.override(n, reason)
+        self._changed = True
+        self.share.claim(self, self.controller.workers, self.per_worker)
+
     def moved(self, per_worker: float | None) -> None:
         """The stage's work moved to processes, each worker taking ``per_worker`` of a core;
         ``None``: the move failed, the stage stays as it was."""
