@@ -435,3 +435,19 @@ def test_lmdb_serializer_load_iterated_before_reset_names_the_function(tmp_path)
         list(LMDBSerializer.load(path, shuffle=True))
     with pytest.raises(DataFlowError, match=r"^LMDBData was iterated before reset_state\(\)"):
         list(LMDBData(path, shuffle=True))
+
+
+def test_a_sequential_scan_closed_with_its_reader_keeps_its_position(tmp_path):
+    path = _save_lmdb(tmp_path / "a.lmdb")
+    reader = LMDBSerializer.load(path, shuffle=False)
+    reader.reset_state()
+    it = iter(reader)
+    assert [next(it)[0] for _ in range(3)] == [0, 1, 2]
+    reader.close()  # the database closes while the iterator is suspended
+    del it  # its generator finishes after that: nothing is raised, nothing is lost
+    state = reader.state_dict()
+    assert (state["pos"], state["done"], state["key"]) == (3, False, b"00000002".hex())
+    fresh = LMDBSerializer.load(path, shuffle=False)
+    fresh.reset_state()
+    fresh.load_state_dict(state)
+    assert [dp[0] for dp in fresh] == [3, 4, 5]

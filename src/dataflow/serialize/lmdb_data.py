@@ -248,6 +248,8 @@ class LMDBData(ReaderState, RNGDataFlow):
             )
 
     def close(self) -> None:
+        self._keep_position()  # before the environment, and with it the cursor, goes
+        self._cursor = None
         key, self._env_key, self._env = self._env_key, None, None
         if key is not None:
             release_env(key)
@@ -356,11 +358,8 @@ class LMDBData(ReaderState, RNGDataFlow):
                         raise self._decode_error(e, epoch) from e
                 self._end(token)  # (exhausted; a closed iterator leaves the epoch unfinished)
             finally:
-                if self._token is token:
-                    if self._cursor is not None and not self._done and self._pos > start:
-                        # closed before its end: the epoch goes on after the record delivered
-                        # last, where the cursor stands (the transaction ends with this block)
-                        self._seq_key = bytes(self._cursor.key())
+                if self._token is token:  # (the transaction ends with this block)
+                    self._keep_position()
                     self._cursor = None
 
     def _iter_keys(
@@ -440,6 +439,18 @@ class LMDBData(ReaderState, RNGDataFlow):
             if name == self._what or not message.startswith(name):
                 raise
             raise DataFlowError(self._what + message[len(name):]) from None
+
+    def _keep_position(self) -> None:
+        """Remember the key of the record delivered last by an unfinished sequential scan,
+        while its cursor can still say it: a state saved after the scan stopped (a ``break``,
+        ``close()``) resumes after that record."""
+        cur = self._cursor
+        if cur is None or not self._pos or self._done:
+            return
+        try:
+            self._seq_key = bytes(cur.key())
+        except Exception:  # its environment was closed under it: nothing to keep
+            pass
 
     def _state_extra(self) -> dict[str, Any]:
         if self._shuffle or self._explicit_keys:
