@@ -76,9 +76,11 @@ def test_explicit_counts_mean_what_they_did() -> None:
 
 
 def test_bad_settings_name_the_parameter() -> None:
-    with pytest.raises(ValueError, match="`num_thread` must be a positive int, got 'Auto'"):
+    with pytest.raises(ValueError, match="`num_thread` must be a positive int or \"auto\", got "
+                       "'Auto'"):
         MultiThreadMapData(flows.Range(5), "Auto", flows.waits)
-    with pytest.raises(ValueError, match="`buffer_size` must be a positive int, got 'max'"):
+    with pytest.raises(ValueError, match="`buffer_size` must be a positive int or \"auto\", got "
+                       "'max'"):
         MultiProcessMapDataZMQ(flows.Range(5), 2, flows.waits, buffer_size="max")
     with pytest.raises(ValueError, match="`backend` must be one of 'auto', 'thread', "
                        "'process'; got 'gpu'"):
@@ -264,3 +266,26 @@ def test_the_window_after_a_change_is_shorter_for_threads(monkeypatch, per_worke
     assert at(1.0) == 2 and resized == [4]  # consumer-bound: half given back
     assert at(settle_closes_at - 0.01) == 2
     assert at(settle_closes_at) == 3 and resized == [4]
+
+
+@pytest.mark.parametrize(("build", "name", "value"), [
+    (lambda: ParallelMapData(flows.Range(3), num_workers=-3, map_func=flows.waits),
+     "num_workers", "-3"),
+    (lambda: ParallelMapData(flows.Range(3), -1, flows.waits), "num_workers", "-1"),
+    (lambda: MultiProcessMapDataZMQ(flows.Range(3), "Auto", flows.waits), "num_proc", "'Auto'"),
+    (lambda: MultiThreadMapData(flows.Range(3), num_thread=0, map_func=flows.waits),
+     "num_thread", "0"),
+    (lambda: MultiThreadMapData(flows.Range(3), 2, flows.waits, buffer_size="AUTO"),
+     "buffer_size", "'AUTO'"),
+    (lambda: MultiProcessRunnerZMQ(flows.Range(3), 2.5), "num_proc", "2.5"),
+    (lambda: MultiThreadRunner(lambda: flows.Range(3), num_prefetch="x", num_thread=2),
+     "num_prefetch", "'x'"),
+])
+def test_worker_counts_are_named_as_the_user_spelled_them(build, name, value) -> None:
+    with pytest.raises(ValueError) as info:
+        build()
+    msg = str(info.value)
+    assert msg.startswith(f'`{name}` must be a positive int or "auto", got {value} (type ')
+    example = {"buffer_size": 200, "num_prefetch": 16}.get(name, 4)
+    assert msg.endswith(f'pass e.g. {name}={example}, or {name}="auto" to let it tune itself.')
+    assert ('did you mean "auto"' in msg) == (value.lower() in ("'auto'",))

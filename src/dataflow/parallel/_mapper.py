@@ -26,6 +26,7 @@ from dataflow.parallel.autotuning.stage import (
     THREADS_START_PER_CORE,
     CpuShare,
     StageTuner,
+    check_count,
     default_share,
     is_auto,
     resolve_buffer,
@@ -93,6 +94,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         _check_order(type(self).__name__, self._worker_arg, num_workers, map_func)
         #: the CPU budget this stage shares with the other autotuned stages (see ``autotune``)
         self.cpu_share: CpuShare | None = None
+        check_count(num_workers, self._worker_arg)
         self.autotuned = is_auto(num_workers)
         if self.autotuned:
             num_workers = self._auto_start(self._auto_maximum())

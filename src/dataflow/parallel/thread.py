@@ -109,8 +109,8 @@ class MultiThreadRunner(RunnerBase):
                 f"`get_df` must be a zero-argument callable returning a DataFlow, got "
                 f"{get_df!r}; pass e.g. get_df=lambda: DataFromList(lst)."
             )
-        num_thread = resolve_runner_count(num_thread)
-        num_prefetch = resolve_runner_count(num_prefetch, 16)
+        num_thread = resolve_runner_count(num_thread, name="num_thread")
+        num_prefetch = resolve_runner_count(num_prefetch, 16, "num_prefetch", 16)
         self.num_thread = self._num_workers = check_positive_int(num_thread, "num_thread")
         self.num_prefetch = check_positive_int(num_prefetch, "num_prefetch", 16)
         self.dfs = [get_df() for _ in range(self.num_thread)]

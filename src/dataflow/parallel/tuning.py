@@ -15,7 +15,7 @@ from typing import Any
 from dataflow.base import DataFlow
 from dataflow.parallel._mapper import MapperBase
 from dataflow.parallel.autotuning.backend import choose_backend
-from dataflow.parallel.autotuning.stage import AUTOTUNE, CpuShare, is_auto
+from dataflow.parallel.autotuning.stage import AUTOTUNE, CpuShare, check_count, is_auto
 from dataflow.parallel.thread import MultiThreadMapData
 from dataflow.parallel.zmq_map import MultiProcessMapDataZMQ
 from dataflow.validation import check_callable, check_choice, check_positive_int
@@ -108,6 +108,7 @@ def ParallelMapData(ds: DataFlow, num_workers: int | str = AUTOTUNE,
     there)."""
     func = check_callable(map_func, "map_func", "lambda dp: [dp[0] * 2]")
     check_choice("backend", backend, (AUTOTUNE, "thread", "process"))
+    check_count(num_workers, "num_workers")  # (named as this function spells it)
     if backend == "process":
         return MultiProcessMapDataZMQ(ds, num_workers, func, **options)
     mapper = MultiThreadMapData(ds, num_workers, func, **options)

@@ -92,7 +92,8 @@ class MultiProcessRunnerZMQ(RunnerBase):
     ) -> None:
         super().__init__(ds)
         self.max_restarts = check_int(max_restarts, "max_restarts", minimum=0, example=3)
-        num_proc, hwm = resolve_runner_count(num_proc), resolve_runner_count(hwm, 50)
+        num_proc = resolve_runner_count(num_proc, name="num_proc")
+        hwm = resolve_runner_count(hwm, 50, "hwm", 50)
         self.num_proc = self._num_workers = check_positive_int(num_proc, "num_proc")
         self.hwm = check_positive_int(hwm, "hwm", 50)
         self.start_method = start_method

@@ -59,11 +59,29 @@ def is_auto(value: Any) -> bool:
     return isinstance(value, str) and value == AUTOTUNE
 
 
-def resolve_runner_count(value: Any, default_buffer: int | None = None) -> Any:
+def check_count(value: Any, name: str, example: int = 4) -> Any:
+    """``value`` if it is a positive int or ``"auto"``, else a ``ValueError`` naming ``name``
+    (the parameter as the caller spelled it) that offers both spellings."""
+    if is_auto(value) or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    hint = ""
+    if isinstance(value, str) and value.strip().lower() == AUTOTUNE:
+        hint = f' (did you mean "{AUTOTUNE}"? it is lower-case)'
+    raise ValueError(
+        f'`{name}` must be a positive int or "{AUTOTUNE}", got {value!r} (type '
+        f'{type(value).__name__}){hint}; pass e.g. {name}={example}, or {name}="{AUTOTUNE}" to '
+        "let it tune itself."
+    )
+
+
+def resolve_runner_count(value: Any, default_buffer: int | None = None,
+                         name: str = "num_workers", example: int = 4) -> Any:
     """A runner's ``"auto"`` worker count: the CPU budget's cores, fixed when it is built (a
     runner's workers each iterate their own copy of the flow, so their number is part of what
     it yields: it is not changed live). ``default_buffer``: the value of an ``"auto"`` buffer
-    (its queue of finished datapoints). Anything else is returned unchanged."""
+    (its queue of finished datapoints). Anything else is returned unchanged once checked
+    (``name``: the parameter, as the caller spelled it)."""
+    check_count(value, name, example)
     if is_auto(value):
         return default_buffer if default_buffer is not None else default_share().cores
     return value
@@ -72,7 +90,8 @@ def resolve_runner_count(value: Any, default_buffer: int | None = None) -> Any:
 def resolve_buffer(buffer_size: Any, maximum: int) -> Any:
     """``buffer_size="auto"``: room for every worker the stage may run to keep several chunks
     in flight (at least 200, tensorpack's default, at most ``BUFFER_MAX``); anything else
-    unchanged."""
+    unchanged once checked."""
+    check_count(buffer_size, "buffer_size", 200)
     return max(200, min(16 * maximum, BUFFER_MAX)) if is_auto(buffer_size) else buffer_size
 
 
