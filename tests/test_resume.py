@@ -217,3 +217,24 @@ def test_restore_between_epochs_keeps_a_nested_keep_state_child_going():
     fresh.load_state_dict(state)
     assert [dp[0] for dp in fresh] == want == [3, 4, 0]
     check_resume(make, epochs=4)
+
+
+def test_a_batch_state_is_refused_by_another_batch_size_or_remainder():
+    saved = df.BatchData(_lst(8), 4)
+    saved.reset_state()
+    next(iter(saved))
+    state = json.loads(json.dumps(saved.state_dict()))
+    assert {k: state[k] for k in ("type", "batch_size", "remainder")} == {
+        "type": "BatchData", "batch_size": 4, "remainder": False}
+    with pytest.raises(StateMismatchError, match=r"^state for stage BatchData: expected "
+                       r"batch_size=2, found batch_size=4; the state was saved from another "
+                       r"pipeline or dataset\.$"):
+        df.BatchData(_lst(8), 2).load_state_dict(state)
+    with pytest.raises(StateMismatchError, match=r"expected remainder=True, found "
+                       r"remainder=False"):
+        df.BatchData(_lst(8), 4, remainder=True).load_state_dict(state)
+    old = {"type": "BatchData", "child": state["child"]}  # saved before settings were kept
+    other = df.BatchData(_lst(8), 4)
+    other.reset_state()
+    other.load_state_dict(old)
+    assert [b[0].tolist() for b in other] == [[4, 5, 6, 7]]

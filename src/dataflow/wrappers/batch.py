@@ -178,6 +178,20 @@ class BatchData(ProxyDataFlow):
     def __iter__(self) -> Iterator[Any]:
         return self._run(iter(self.ds))  # the child's epoch begins with this iterator
 
+    def state_dict(self) -> dict[str, Any]:
+        """The child's state, and the settings that decide where a batch begins: a state
+        loaded into a ``BatchData`` with another ``batch_size`` or ``remainder`` is refused
+        (its position would fall inside a batch)."""
+        return {"type": type(self).__name__, "batch_size": self.batch_size,
+                "remainder": bool(self.remainder), "child": self.ds.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        settings = {"batch_size": self.batch_size, "remainder": bool(self.remainder)}
+        # (states saved before the settings were part of them have neither)
+        check_state(state, self, **{k: v for k, v in settings.items()
+                                    if isinstance(state, dict) and k in state})
+        self.ds.load_state_dict(state["child"])
+
     def _run(self, itr: Iterator[Any]) -> Iterator[Any]:
         bs, use_list = self.batch_size, self.use_list
         while True:
