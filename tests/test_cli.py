@@ -21,16 +21,17 @@ def test_demo_command_prints_report_and_profile(capsys):
     assert "bottleneck: stage" in out
 
 
-def _profile_rows(out: str) -> dict[str, int]:
+def _profile_rows(out: str) -> tuple[dict[str, int], dict[str, str]]:
+    """The ``out`` and ``in`` columns of the profile table, by stage."""
     lines = out.split("Pipeline profile", 1)[1].splitlines()
     rows = lines[lines.index(next(x for x in lines if x.startswith("---"))) + 1:]
-    items = {}
+    items, taken = {}, {}
     for row in rows:
         if not row.strip():
             break
         cells = row.split()
-        items[cells[1]] = int(cells[2])
-    return items
+        items[cells[1]], taken[cells[1]] = int(cells[3]), cells[2]
+    return items, taken
 
 
 def test_demo_profile_counts_every_stage_and_one_proc_is_singular(capsys):
@@ -40,9 +41,13 @@ def test_demo_profile_counts_every_stage_and_one_proc_is_singular(capsys):
                  "--num-proc", "1", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "MultiProcessMapDataZMQ(decode, crop, flip, lighting; 1 proc) -> BatchData(8)" in out
-    items = _profile_rows(out)
+    items, taken = _profile_rows(out)
     assert list(items) == ["BatchData", "MultiProcessMapDataZMQ", "LocallyShuffleData",
                            "LMDBData"]
+    # what each stage took in is what the stage below it gave
+    assert taken == {"BatchData": str(items["MultiProcessMapDataZMQ"]),
+                     "MultiProcessMapDataZMQ": str(items["LocallyShuffleData"]),
+                     "LocallyShuffleData": str(items["LMDBData"]), "LMDBData": "-"}
     assert items["BatchData"] == PROFILE_BATCHES == 20
     assert items["MultiProcessMapDataZMQ"] == 20 * 8
     # the mapper reads ahead by its in-flight buffer, so the stage below it delivered more

@@ -117,28 +117,92 @@ def test_cli_profile(tmp_path):
     assert json.loads(trace.read_text())["traceEvents"]
 
 
+def _spin_map_func(x):
+    """Pure-Python work that holds the GIL for about 2 ms."""
+    deadline = time.thread_time() + 0.002
+    while time.thread_time() < deadline:
+        pass
+    return x
+
+
 @pytest.mark.parametrize(
     ("make", "words"),
     [
+        # work that sleeps: more workers help, whatever they are
         (lambda src: df.MultiThreadMapData(src, 2, _slow_map_func, buffer_size=8),
-         "its threads cannot keep up; add threads (num_thread) while cores are idle, or move "
-         "work that holds the GIL (pure Python) to processes with MultiProcessMapDataZMQ."),
+         "its workers wait (they used 0.0"),
         (lambda src: df.MultiProcessMapDataZMQ(src, 2, _slow_map_func, buffer_size=8),
-         "its workers cannot keep up; add workers while cores are idle, or make the work "
-         "cheaper. Work that releases the GIL (OpenCV, most NumPy) runs as fast on "
-         "MultiThreadMapData threads"),
+         "Threads do this as well as processes, without copying data between processes."),
+        # pure Python on four threads: one core in all, they take turns on the GIL
+        (lambda src: df.MultiThreadMapData(src, 4, _spin_map_func, buffer_size=16),
+         "cores: they take turns on the GIL (pure Python). Run the work in processes"),
     ],
 )
 def test_a_starved_parallel_stage_gets_advice_for_its_kind(make, words):
     src = df.DataFromList([[i, float(i)] for i in range(1000)], shuffle=False)
     mapper = make(src)
     try:
-        report = profile(df.BatchData(mapper, 16), num=6, warmup=1)
+        report = profile(df.BatchData(mapper, 16), num=12, warmup=1)
     finally:
         mapper.close()
     assert report.bottleneck_stage.name == type(mapper).__name__
     assert report.suggestion.startswith(f"{type(mapper).__name__}'s queue is nearly empty: ")
     assert words in report.suggestion
+
+
+def test_advice_for_an_autotuned_stage_matches_what_it_does():
+    """An "auto" stage still adding workers is not told to add them; one at its budget's
+    maximum is told to give it more cores; idle workers are not said to be unable to keep
+    up."""
+    from dataflow.profiler import StageStats, _suggest
+
+    mapper = df.MultiThreadMapData(df.DataFromList([[1]]), 2, _slow_map_func)
+    stats = StageStats(0, 0, "MultiThreadMapData", items=10, queue_fill=0.0, workers=8,
+                       workers_mean=8.0, workers_busy=0.95, workers_cpu=0.9,
+                       autotune={"workers": 8, "maximum": 32, "converged_at": None})
+    assert _suggest(mapper, stats, False) == (
+        "MultiThreadMapData's queue is nearly empty and its autotuner is still adding workers "
+        "(8 now, at most 32 in its CPU budget): profile longer to see where it settles.")
+    stats.autotune = {"workers": 32, "maximum": 32, "converged_at": 5, "backend": "thread"}
+    assert _suggest(mapper, stats, False) == (
+        "MultiThreadMapData's queue is nearly empty: it runs the most workers its CPU budget "
+        "allows (32): give the pipeline more cores (autotune(ds, cores=...), the container's "
+        "CPU limit) or make the work cheaper; its threads take turns on the GIL, so "
+        "ParallelMapData(backend='auto') or MultiProcessMapDataZMQ would run them in "
+        "parallel.")
+    stats.workers_busy = 0.48
+    assert _suggest(mapper, stats, False).startswith(
+        "MultiThreadMapData's queue is nearly empty, yet its workers were busy only 48% of "
+        "the time: they wait for inputs")
+    mapper.close()
+
+
+def test_figures_add_up_across_stages():
+    """Delivered rates are per second of the run; what a stage takes in is what its children
+    gave it; a batching stage takes in batch_size per batch."""
+    src = df.DataFromList([[np.zeros(10, np.uint8), i] for i in range(10_000)], shuffle=False)
+    report = profile(df.BatchData(df.MapData(src, lambda dp: dp), 8), num=50, warmup=2)
+    batch, mapped, source = report.stages
+    assert (batch.items, batch.items_in, mapped.items, mapped.items_in, source.items) == (
+        50, 400, 400, 400, 400)
+    assert source.items_in is None and (batch.held, mapped.held) == (350, 0)
+    assert batch.items_per_second == pytest.approx(50 / report.seconds)
+    assert mapped.items_per_second == pytest.approx(8 * batch.items_per_second)
+    # (per batch: 8 images of 10 bytes, 8 labels stacked as int32)
+    assert batch.bytes_per_second == pytest.approx(50 * (8 * 10 + 8 * 4) / report.seconds)
+    assert batch.ceiling_per_second == pytest.approx(50 / batch.own_seconds)
+    header = report.format().splitlines()[3].split()
+    assert header == ["#", "stage", "in", "out", "out/s", "MB/s", "own", "us/out", "own", "%",
+                      "ceiling/s", "queue", "workers", "skipped"]
+    row = report.format().splitlines()[5].split()
+    assert row[:4] == ["0", "BatchData", "400", "50"]
+
+
+def test_help_profile_explains_every_column():
+    doc = profile.__doc__
+    for column in ["``in``", "``out``", "``out/s``", "``MB/s``", "``own us/out``", "``own %``",
+                   "``ceiling/s``", "``queue``", "``workers``", "``skipped``"]:
+        assert column in doc
 
 
 def test_profile_closes_what_it_started():
@@ -190,9 +254,9 @@ def test_the_trace_shows_when_each_worker_was_busy(kind, tmp_path):
     assert type(flow).profile_hint == kind
     report = profile(flow, num=300, warmup=4, trace=True)
     stage = report.stages[0]
-    assert stage.workers == 2
+    assert stage.workers == stage.workers_start == 2 and stage.workers_mean == 2.0
     assert 0.3 < stage.workers_busy <= 1.0  # each item sleeps 2 ms; the workers are the limit
-    assert "2 " in report.format().splitlines()[5] and "% busy" in report.format()
+    assert "  2, " in report.format().splitlines()[5] and "% busy" in report.format()
     path = tmp_path / "trace.json"
     report.write_trace(str(path))
     events = json.loads(path.read_text())["traceEvents"]

@@ -81,42 +81,142 @@ def _nbytes(dp: Any) -> int:
 
 @dataclass
 class StageStats:
-    """What one stage did during the run."""
+    """What one stage did during the timed run (every figure is documented in
+    :func:`profile`)."""
 
     index: int
     depth: int
     name: str
-    items: int = 0
-    own_seconds: float = 0.0
-    total_seconds: float = 0.0
-    bytes: int = 0
+    items: int = 0  # datapoints the stage yielded (to its parent, or to the consumer)
+    items_in: int | None = None  # datapoints its children yielded to it (None: a source)
+    own_seconds: float = 0.0  # time inside its next() minus time inside its children's
+    total_seconds: float = 0.0  # time inside its next(), its children's included
+    bytes: int = 0  # bytes of array and buffer data in the datapoints it yielded
+    seconds: float = 0.0  # wall time of the run (the same for every stage)
     queue_fill: float | None = None  # mean fill fraction of a parallel stage's queue
-    workers: int | None = None  # a parallel stage's number of workers
+    workers: int | None = None  # a parallel stage's number of workers at the end of the run
+    workers_start: int | None = None  # ... and at its start (an autotuned count changes)
+    workers_mean: float | None = None  # ... and on average over the run
     workers_busy: float | None = None  # the share of their time its workers were busy
+    workers_cpu: float | None = None  # cores its workers used on average (CPU time / wall)
     skipped: int | None = None  # inputs skipped under the bad-sample policy during the run
     autotune: dict[str, Any] | None = None  # an autotuned stage's controller: count, decisions
     metrics: dict[str, float] | None = None  # a stage's own counters (its profile_metrics())
     _fill_sum: float = field(default=0.0, repr=False)
     _fill_n: int = field(default=0, repr=False)
+    _workers_sum: float = field(default=0.0, repr=False)
+    _workers_n: int = field(default=0, repr=False)
 
     @property
     def own_us_per_item(self) -> float:
+        """Microseconds of the stage's own time per datapoint it yielded."""
         return self.own_seconds / self.items * 1e6 if self.items else 0.0
 
     @property
     def items_per_second(self) -> float:
-        return self.items / self.own_seconds if self.own_seconds > 0 else float("inf")
+        """Datapoints it yielded per second of the run: its delivered rate."""
+        return self.items / self.seconds if self.seconds > 0 else 0.0
 
     @property
     def bytes_per_second(self) -> float:
-        return self.bytes / self.own_seconds if self.own_seconds > 0 else 0.0
+        """Bytes it yielded per second of the run."""
+        return self.bytes / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def ceiling_per_second(self) -> float:
+        """Datapoints per second of its own time: the most it could deliver if everything
+        else (its children, the consumer) took no time."""
+        return self.items / self.own_seconds if self.own_seconds > 0 else float("inf")
+
+    @property
+    def held(self) -> int | None:
+        """Datapoints it took in minus those it yielded: what it buffered during the run
+        (negative: it yielded from a buffer filled before the run; a batching stage takes in
+        ``batch_size`` per batch)."""
+        return None if self.items_in is None else self.items_in - self.items
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in asdict(self).items() if not k.startswith("_")}
         d.update(own_us_per_item=self.own_us_per_item,
-                 items_per_second=(None if self.own_seconds <= 0 else self.items_per_second),
-                 bytes_per_second=self.bytes_per_second)
+                 items_per_second=self.items_per_second,
+                 bytes_per_second=self.bytes_per_second,
+                 ceiling_per_second=(None if self.own_seconds <= 0
+                                     else self.ceiling_per_second))
         return d
+
+
+#: workers busy less than this share of their time wait for inputs, not for work
+WORKERS_IDLE = 0.6
+#: cores used by a stage's workers: below WAITS the work waits (I/O, sleeps); at or above
+#: RELEASES it runs in parallel (it releases the GIL); between, with several threads busy at
+#: once, they take turns on the GIL
+WAITS, RELEASES = 0.5, 1.3
+
+
+def _work_kind(stats: StageStats) -> str | None:
+    """``"waits"``, ``"gil"`` (threads taking turns on the GIL), ``"parallel"``, or ``None``
+    when the workers' CPU time is unknown."""
+    cores, busy, mean = stats.workers_cpu, stats.workers_busy, stats.workers_mean
+    if cores is None or busy is None or not mean:
+        return None
+    if cores < WAITS:
+        return "waits"
+    if cores >= RELEASES:
+        return "parallel"
+    return "gil" if busy * mean >= 1.5 else None  # (one worker at a time: it cannot tell)
+
+
+def _suggest_parallel(stage: DataFlow, stats: StageStats) -> str:
+    """The advice for a parallel stage whose queue is nearly empty, consistent with what the
+    stage is already doing (an autotuned count, idle workers, work that waits)."""
+    name, hint = stats.name, type(stage).profile_hint
+    busy = stats.workers_busy
+    if busy is not None and busy < WORKERS_IDLE:
+        return (f"{name}'s queue is nearly empty, yet its workers were busy only "
+                f"{100 * busy:.0f}% of the time: they wait for inputs, which {name} reads from "
+                "the stages below it in this process. Make those faster (see their own time), "
+                "or raise buffer_size.")
+    kind = _work_kind(stats)
+    tuned = stats.autotune
+    if tuned is not None:
+        now, top = tuned.get("workers"), tuned.get("maximum")
+        if now is not None and top is not None and now < top:
+            if tuned.get("converged_at") is None:
+                return (f"{name}'s queue is nearly empty and its autotuner is still adding "
+                        f"workers ({now} now, at most {top} in its CPU budget): profile longer "
+                        "to see where it settles.")
+            return (f"{name}'s queue is nearly empty, and its autotuner found that more than "
+                    f"{now} workers do not pay (its CPU budget allows {top}): the cores are "
+                    "busy elsewhere, or the work contends for something shared; make the work "
+                    "cheaper.")
+        more = (f"it runs the most workers its CPU budget allows ({top}): give the pipeline "
+                "more cores (autotune(ds, cores=...), the container's CPU limit) or make the "
+                "work cheaper")
+        if kind == "gil" and stats.autotune and tuned.get("backend") == "thread":
+            more += ("; its threads take turns on the GIL, so ParallelMapData(backend='auto') "
+                     "or MultiProcessMapDataZMQ would run them in parallel")
+        return f"{name}'s queue is nearly empty: {more}."
+    if kind == "waits":
+        return (f"{name}'s queue is nearly empty: its workers wait (they used "
+                f"{stats.workers_cpu:.2f} cores: I/O or sleeps), so more of them help: raise "
+                "the worker count, or pass \"auto\"."
+                + (" Threads do this as well as processes, without copying data between "
+                   "processes." if hint in ("process-map", "ray-map") else ""))
+    if hint == "thread-map":
+        if kind == "gil":
+            return (f"{name}'s queue is nearly empty: its {stats.workers_mean:.0f} threads used "
+                    f"{stats.workers_cpu:.2f} cores: they take turns on the GIL (pure Python). "
+                    "Run the work in processes: MultiProcessMapDataZMQ, or "
+                    "ParallelMapData(ds, \"auto\", func), which measures and moves it.")
+        return (f"{name}'s queue is nearly empty: its threads cannot keep up; add threads "
+                "(num_thread, or \"auto\") while cores are idle, or make the work cheaper.")
+    if hint in ("process-map", "ray-map"):
+        return (f"{name}'s queue is nearly empty: its workers cannot keep up; add workers "
+                "while cores are idle (or pass \"auto\"), or make the work cheaper. Work that "
+                "releases the GIL (OpenCV, most NumPy) runs as fast on MultiThreadMapData "
+                "threads without the cost of moving data between processes.")
+    return (f"{name}'s queue is nearly empty: its workers cannot keep up; add workers while "
+            "cores are idle, or make the flow they run cheaper.")
 
 
 def _suggest(stage: DataFlow, stats: StageStats, is_source: bool) -> str:
@@ -125,17 +225,7 @@ def _suggest(stage: DataFlow, stats: StageStats, is_source: bool) -> str:
     if stats.queue_fill is not None:
         if stats.queue_fill >= 0.2:
             return f"{name}'s queue is full: the stages after it are slower; look at them."
-        if hint == "thread-map":
-            return (f"{name}'s queue is nearly empty: its threads cannot keep up; add threads "
-                    "(num_thread) while cores are idle, or move work that holds the GIL (pure "
-                    "Python) to processes with MultiProcessMapDataZMQ.")
-        if hint in ("process-map", "ray-map"):
-            return (f"{name}'s queue is nearly empty: its workers cannot keep up; add workers "
-                    "while cores are idle, or make the work cheaper. Work that releases the GIL "
-                    "(OpenCV, most NumPy) runs as fast on MultiThreadMapData threads without "
-                    "the cost of moving data between processes.")
-        return (f"{name}'s queue is nearly empty: its workers cannot keep up; add workers while "
-                "cores are idle, or make the flow they run cheaper.")
+        return _suggest_parallel(stage, stats)
     if hint == "map":
         return ("the map function is the bottleneck: run it in parallel with "
                 "MultiProcessMapDataZMQ(ds, num_proc, func) (or MultiThreadMapData when it "
@@ -211,18 +301,21 @@ class ProfileReport:
             json.dump({"traceEvents": meta + self.trace, "displayTimeUnit": "ms"}, f)
 
     def format(self) -> str:
+        """The report as a table; each column is explained in :func:`profile`'s docstring."""
         total_own = sum(s.own_seconds for s in self.stages) or 1.0
-        headers = ["#", "stage", "items", "own us/item", "own %", "items/s", "MB/s", "queue",
-                   "workers", "skipped"]
+        headers = ["#", "stage", "in", "out", "out/s", "MB/s", "own us/out", "own %",
+                   "ceiling/s", "queue", "workers", "skipped"]
         rows = []
         for s in self.stages:
             rows.append([
-                str(s.index), "  " * s.depth + s.name, str(s.items),
-                f"{s.own_us_per_item:,.1f}", f"{100 * s.own_seconds / total_own:.1f}",
-                "-" if s.own_seconds <= 0 else f"{s.items_per_second:,.0f}",
+                str(s.index), "  " * s.depth + s.name,
+                "-" if s.items_in is None else str(s.items_in), str(s.items),
+                f"{s.items_per_second:,.1f}",
                 f"{s.bytes_per_second / 1e6:,.1f}" if s.bytes else "-",
+                f"{s.own_us_per_item:,.1f}", f"{100 * s.own_seconds / total_own:.1f}",
+                "-" if s.own_seconds <= 0 else f"{s.ceiling_per_second:,.0f}",
                 "-" if s.queue_fill is None else f"{100 * s.queue_fill:.0f}% full",
-                "-" if s.workers_busy is None else f"{s.workers} {100 * s.workers_busy:.0f}% busy",
+                _workers_cell(s),
                 "-" if s.skipped is None else str(s.skipped),
             ])
         widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
@@ -243,6 +336,24 @@ class ProfileReport:
         return "\n".join(out)
 
 
+def _workers_cell(s: StageStats) -> str:
+    """``8->60 (avg 41.2), 48% busy, 1.9 cores``: the count at the start and end of the run
+    (one number if it did not change), how busy they were and the cores they used."""
+    if s.workers is None:
+        return "-"
+    count = str(s.workers)
+    if s.workers_start is not None and s.workers_start != s.workers:
+        count = f"{s.workers_start}->{s.workers}"
+        if s.workers_mean is not None:
+            count += f" (avg {s.workers_mean:.1f})"
+    parts = [count]
+    if s.workers_busy is not None:
+        parts.append(f"{100 * s.workers_busy:.0f}% busy")
+    if s.workers_cpu is not None:
+        parts.append(f"{s.workers_cpu:.2f} cores")
+    return ", ".join(parts)
+
+
 class _Clock:
     """Nested timing of the stages' ``next()`` calls in one thread."""
 
@@ -254,6 +365,7 @@ class _Clock:
     def timed(self, stage: DataFlow, itr: Iterator[Any], stats: StageStats) -> Iterator[Any]:
         stack, perf = self.stack, time.perf_counter
         queue_stats = getattr(stage, "queue_stats", None)
+        count_workers = stats.workers is not None
         while True:
             start = perf()
             stack.append(0.0)
@@ -279,32 +391,50 @@ class _Clock:
                 if qs and qs.get("capacity"):
                     stats._fill_sum += qs["size"] / qs["capacity"]
                     stats._fill_n += 1
+            if count_workers:  # (an autotuned count changes while it runs)
+                stats._workers_sum += _worker_count(stage)
+                stats._workers_n += 1
             yield dp
 
 
+def _worker_count(flow: Any) -> int:
+    return int(getattr(flow, "num_workers", None) or getattr(flow, "_num_workers", 0) or 0)
+
+
 class _Workers:
-    """Busy spans of the workers of the parallel stages, as trace events and busy shares."""
+    """Busy spans of the workers of the parallel stages, as trace events and busy shares,
+    and the CPU time the workers report with them."""
 
     def __init__(self, clock: _Clock) -> None:
         self.clock = clock
         self.rows: list[tuple[int, int, str]] = []  # (trace tid, stage index, label)
         self.busy: dict[int, float] = {}  # stage index -> busy seconds of all its workers
+        self.cpu: dict[int, float | None] = {}  # stage index -> their CPU seconds, if known
 
     def attach(self, flow: Any, stats: StageStats) -> bool:
         trace_workers = getattr(flow, "trace_workers", None)
         if not callable(trace_workers):
             return False
-        n = int(getattr(flow, "num_workers", None) or getattr(flow, "_num_workers", 0) or 0)
-        stats.workers = n or None
+        n = _worker_count(flow)
+        stats.workers = stats.workers_start = n or None
         base = 1000 * (stats.index + 1)
         self.rows += [(base + w, stats.index, f"{stats.index}: {stats.name} worker {w}")
                       for w in range(n)]
         self.busy[stats.index] = 0.0
+        self.cpu[stats.index] = None
         clock, trace = self.clock, self.clock.trace
+        rows = [n]  # workers with a trace row
 
-        def record(worker: int, start: float, end: float, waited: float) -> None:
+        def record(worker: int, start: float, end: float, waited: float,
+                   cpu: float | None = None) -> None:
             busy = max(0.0, end - start - waited)
             self.busy[stats.index] += busy
+            if cpu is not None:
+                self.cpu[stats.index] = (self.cpu[stats.index] or 0.0) + cpu
+            if worker >= rows[0]:  # (workers added while it runs: their own trace rows)
+                self.rows += [(base + w, stats.index, f"{stats.index}: {stats.name} worker {w}")
+                              for w in range(rows[0], worker + 1)]
+                rows[0] = worker + 1
             if trace is not None and len(trace) < _MAX_TRACE_EVENTS:
                 trace.append({"name": "busy", "ph": "X", "pid": 1, "tid": base + worker,
                               "ts": (start - clock.t0) * 1e6, "dur": busy * 1e6})
@@ -321,7 +451,42 @@ def profile(
     reset: bool = True,
     consume: Any = None,
 ) -> ProfileReport:
-    """Run ``num`` datapoints of ``df`` (after ``warmup``) with every stage timed.
+    """Run ``num`` datapoints of ``df`` (after ``warmup``) with every stage timed; return a
+    :class:`ProfileReport` (``.format()``: a table; ``.to_json()``; ``.write_trace(path)``).
+
+    The table has one row per stage, outermost first (children indented). Its columns, all
+    over the timed run only (``warmup`` excluded):
+
+    * ``in``: datapoints the stage's children yielded to it (``-`` for a source, and for a
+      runner, whose children run in its worker processes);
+    * ``out``: datapoints the stage yielded. ``in - out`` is what it held back: a batching
+      stage takes ``batch_size`` in per datapoint out; a buffering stage (``LocallyShuffleData``,
+      a parallel mapper reading ahead) yields what it read before the run, or keeps what it
+      reads for later, so its ``in`` and ``out`` differ by what its buffer gained or lost;
+    * ``out/s`` and ``MB/s``: ``out`` (and the array bytes in it) per second of the run: the
+      rate the stage delivered. Every stage of a 1:1 pipeline delivers at the same rate;
+    * ``own us/out``: the stage's own time per datapoint out: the time inside its
+      ``next()`` minus the time inside its children's (a parallel stage's own time includes
+      waiting for its workers);
+    * ``own %``: its share of the pipeline's own time, all stages together;
+    * ``ceiling/s``: ``out`` per second of its own time: the most it could deliver if its
+      children and the consumer took no time. The bottleneck has the lowest;
+    * ``queue``: a parallel stage's results waiting to be taken, as a share of its buffer,
+      averaged over its datapoints: full, the stages after it are slower; empty, it is;
+    * ``workers``: a parallel stage's worker count at the start and end of the run (one
+      number if it did not change; an ``"auto"`` stage's average in brackets), the share of
+      their time they were busy mapping, and the cores they used (their CPU time over the
+      run's wall time; shown where the workers report it): a few busy workers using well
+      under one core wait on I/O; several using about one core in all take turns on the GIL;
+    * ``skipped``: inputs dropped under ``on_error="skip"``/``"warn"``.
+
+    Under the table: each stage's own counters (``profile_metrics()``), the datapoints
+    delivered per second, and the verdict: the stage with the most own time and advice that
+    matches what it already does (an ``"auto"`` stage still adding workers, idle workers
+    waiting for inputs, work that waits or holds the GIL), or "no bottleneck" when the
+    pipeline spent under a fifth of the time producing (the consumer is the slower part).
+    Then, for each ``"auto"`` stage, its worker count and last decisions (see
+    :func:`dataflow.autotune_report`), and a note when it was still tuning at the end.
 
     Args:
         df: the pipeline (its outermost flow).
@@ -360,8 +525,15 @@ def _autotune_lines(stages: list[StageStats]) -> list[str]:
         out.append(f"autotune: stage {s.index} ({s.name}): {tuned['workers']} workers"
                    + (f" ({backend})" if backend else "")
                    + (f", steady since window {done}" if done is not None else ", tuning"))
+        choice = tuned.get("backend_choice")
+        if choice:
+            out.append(f"  back end: {choice['reason']}")
         out += [f"  window {d['window']}: {d['old']} -> {d['new']}: {d['reason']}"
                 for d in tuned.get("decisions", [])[-_SHOWN_DECISIONS:]]
+        if done is None:
+            out.append(f"  note: still tuning when the run ended (window {tuned.get('window')}):"
+                       " the figures above mix its start-up worker count with later ones; "
+                       "profile longer (a larger num) to measure where it settles.")
     return out
 
 
@@ -396,11 +568,24 @@ def _profile(df: DataFlow, num: int, warmup: int, trace: bool, consume: Any) -> 
     for (_, f), s in zip(stages, stats):
         tuned = getattr(f, "autotune_state", None)
         s.autotune = tuned() if callable(tuned) else None
+    by_id = {id(f): s for (_, f), s in zip(stages, stats)}
+    for (_, f), s in zip(stages, stats):
+        s.seconds = seconds
+        kids = [by_id[id(c)] for c in f.children() if id(c) in by_id]
+        s.items_in = sum(k.items for k in kids) if kids else None
+        if s.items_in == 0 and s.items:  # (a runner's children run in its workers, unseen)
+            s.items_in = None
+        if s.workers is not None:
+            s.workers = _worker_count(f) or s.workers
+            s.workers_mean = (s._workers_sum / s._workers_n if s._workers_n
+                              else float(s.workers))
     for s in stats:
         if s._fill_n:
             s.queue_fill = s._fill_sum / s._fill_n
-        if s.index in workers.busy and s.workers and seconds > 0:
-            s.workers_busy = min(1.0, workers.busy[s.index] / (s.workers * seconds))
+        if s.index in workers.busy and s.workers_mean and seconds > 0:
+            s.workers_busy = min(1.0, workers.busy[s.index] / (s.workers_mean * seconds))
+            cpu = workers.cpu.get(s.index)
+            s.workers_cpu = None if cpu is None else cpu / seconds
     producing = stats[0].total_seconds if stats else 0.0
     if seconds > 0 and producing < CONSUMER_BOUND * seconds:
         return ProfileReport(

@@ -291,9 +291,10 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
     def __len__(self) -> int:
         return len(self.ds)
 
-    def trace_workers(self, recorder: Callable[[int, float, float, float], None] | None) -> None:
-        """Call ``recorder(worker, start, end, 0.0)`` for every chunk a worker mapped, while
-        iterating; used by :func:`dataflow.profile`. (A worker waits between its chunks.)"""
+    def trace_workers(self, recorder: Callable[..., None] | None) -> None:
+        """Call ``recorder(worker, start, end, 0.0, cpu)`` for every chunk a worker mapped
+        (``cpu``: the worker thread's CPU seconds in it), while iterating; used by
+        :func:`dataflow.profile`. (A worker waits between its chunks.)"""
         self._recorder = recorder
         self._route_spans()
 
@@ -309,7 +310,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
 
         def on_span(w: int, start: float, end: float, cpu: float = 0.0) -> None:
             if recorder is not None:
-                recorder(w, start, end, 0.0)
+                recorder(w, start, end, 0.0, cpu)
             if probe is not None:
                 probe(start, end, cpu)
 
@@ -320,7 +321,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         mapper's back-end probe), if anything."""
         return None
 
-    _recorder: Callable[[int, float, float, float], None] | None = None
+    _recorder: Callable[..., None] | None = None
 
     def queue_stats(self) -> dict[str, int] | None:
         """Results finished but not yet yielded (``size``) out of ``buffer_size``
