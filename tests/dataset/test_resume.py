@@ -136,13 +136,14 @@ def test_counters_in_the_state():
                                "pos": 3, "done": True}
     it = iter(df)
     next(it)
-    it.close()  # an abandoned iteration completes the epoch, the state says so
+    it.close()  # an iteration closed early leaves its epoch unfinished where it stood
     assert df.state_dict() == {"type": "Tiny", "size": 3, "shuffle": False, "epoch": 1,
-                               "pos": 1, "done": True}
+                               "pos": 1, "done": False}
     fresh = Tiny(n=3, shuffle=False)
     fresh.reset_state()
     fresh.load_state_dict(df.state_dict())
-    assert [dp[0] for dp in fresh] == [0, 1, 2]  # the next epoch, from its start
+    assert [dp[0] for dp in fresh] == [1, 2]  # the rest of that epoch
+    assert [dp[0] for dp in fresh] == [0, 1, 2]  # then the next one, from its start
     assert fresh.state_dict()["epoch"] == 2
 
 
@@ -207,4 +208,5 @@ def test_mismatch_names_stage_expected_and_found(request):
         Tiny(n=5).load_state_dict({**state, "type": "Tiny"})
     with pytest.raises(StateMismatchError, match=r"expected a position in \[0, 4\], found -1"):
         make(True).load_state_dict({**state, "pos": -1})
-    assert (state["epoch"], state["pos"], state["done"]) == (0, 1, True)  # iterator dropped
+    # (the iterator was dropped before its end: the epoch is left unfinished at 1)
+    assert (state["epoch"], state["pos"], state["done"]) == (0, 1, False)
