@@ -1,0 +1,347 @@
+"""``ServiceData``: one trainer rank's view of a :class:`DataService`, as a DataFlow.
+
+Each ``__iter__`` is one epoch of its job: the rank computes its positions from the plan
+(:mod:`dataflow.service.plan`), asks the service's workers for them (a window of requests in
+flight, spread over the workers), and yields the outputs in order. It heartbeats the dispatcher:
+a worker that was replaced, or a service that restarted (another instance), makes it ask again,
+elsewhere, for what was not answered. Nothing is lost or repeated: the rank's own count of what
+it yielded is the truth, and its state is that count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+import numpy as np
+
+from dataflow.base import DataFlow
+from dataflow.errors import DataFlowError, WorkerError
+from dataflow.service import plan, protocol
+from dataflow.state import EpochCounter, check_state, mismatch
+from dataflow.validation import check_choice
+
+__all__ = ["ServiceData", "ServiceError"]
+
+#: seconds between two heartbeats to the dispatcher
+HEARTBEAT = 0.25
+#: inputs asked of a worker in one request
+CHUNK = 4
+
+
+class ServiceError(DataFlowError, ConnectionError):
+    """The service cannot be reached, refused this consumer, or closed."""
+
+
+class ServiceData(EpochCounter, DataFlow):
+    """The outputs a :class:`~dataflow.service.DataService` computes for rank ``rank`` of
+    ``world_size`` (default: ``torch.distributed``'s, else ``RANK`` / ``WORLD_SIZE``, else 0 of
+    1) of job ``job``. Each ``__iter__`` is one epoch; ``len()`` is the per-rank count, the same
+    on every rank (``partial="drop"`` leaves out at most ``world_size - 1`` datapoints of an
+    epoch, ``"pad"`` repeats the first ones). ``timeout``: seconds without an answer from the
+    service before a :class:`ServiceError`. ``token``: the service's shared secret (default:
+    ``DATAFLOW_SERVICE_TOKEN``). ``prefetch``: outputs asked for ahead of the one yielded.
+
+    ``state_dict()`` is ``{"epoch", "pos", "done", "rank", "world_size", "start", ...}``: a
+    restore continues the epoch exactly, also with another world size when every rank restores
+    the states saved at the same step (the rest of the epoch, exactly once).
+    """
+
+    def __init__(self, address: str, *, rank: int | None = None, world_size: int | None = None,
+                 job: str = "default", partial: str = "drop", timeout: float = 30.0,
+                 token: str | None = None, prefetch: int = 64) -> None:
+        protocol.host_of(address)  # (validated now)
+        self.address = address
+        self._rank_arg, self._world_arg = rank, world_size
+        if not isinstance(job, str) or not job:
+            raise ValueError(f"`job` must be a non-empty str, got {job!r}.")
+        self.job = job
+        self.partial = check_choice("partial", partial, plan.PARTIAL_POLICIES)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ValueError(f"`timeout` must be a positive number of seconds, got {timeout!r}.")
+        self.timeout = float(timeout)
+        self.token = protocol.resolve_token(token)
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+            raise ValueError(f"`prefetch` must be a positive int, got {prefetch!r}.")
+        self.prefetch = prefetch
+        self.rank, self.world_size = 0, 1
+        self._config: dict[str, Any] | None = None
+        self._start = 0  # global positions consumed before this world size took over
+        self._ctx: Any = None
+        self._ctl: Any = None
+        self._socks: dict[tuple[int, int], Any] = {}
+        self._received = 0
+        self._waited = 0.0
+        self._bytes = 0
+        self._t0 = time.monotonic()
+
+    # ---- connection ------------------------------------------------------------------------
+
+    def reset_state(self) -> None:
+        """Find this rank's place and connect to the service (waiting up to ``timeout`` for it
+        to answer)."""
+        from dataflow.streaming.source import world_from_env
+
+        rank, world = world_from_env()
+        self.rank = rank if self._rank_arg is None else self._rank_arg
+        self.world_size = world if self._world_arg is None else self._world_arg
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"`rank` must be in [0, world_size={self.world_size}), got "
+                             f"{self.rank}.")
+        self._connect()
+
+    def _connect(self) -> None:
+        import zmq
+
+        if self._ctx is None:
+            self._ctx = zmq.Context()
+        if self._ctl is None:
+            self._ctl = self._ctx.socket(zmq.DEALER)
+            self._ctl.setsockopt(zmq.LINGER, 0)
+            self._ctl.connect(self.address)
+        self._send_ctl({"op": "hello"})
+        self._config = self._await_config(self.timeout, first=True)
+
+    def _send_ctl(self, msg: dict[str, Any]) -> None:
+        import zmq
+
+        msg = {**msg, "token": self.token, "job": self.job, "rank": self.rank,
+               "world_size": self.world_size}
+        with contextlib.suppress(zmq.Again):
+            self._ctl.send(protocol.encode(msg), zmq.NOBLOCK)
+
+    def _await_config(self, timeout: float, first: bool = False) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServiceError(
+                    f"ServiceData: no DataService answered at {self.address} within "
+                    f"{timeout:g} s; is it started there (DataService(...).start(), or "
+                    "`python -m dataflow serve module:function`), and is this the address it "
+                    "printed?" if first else
+                    f"ServiceData: the DataService at {self.address} stopped answering for "
+                    f"{timeout:g} s.")
+            if self._ctl.poll(min(left, 0.5) * 1000):
+                msg = self._receive_ctl()
+                if msg is not None and msg["op"] == "config":
+                    return msg
+            elif first:  # (a DEALER queues its message until the service is up)
+                continue
+
+    def _receive_ctl(self) -> dict[str, Any] | None:
+        try:
+            msg = protocol.decode(self._ctl.recv())
+        except ValueError:
+            return None
+        if msg["op"] == "refused":
+            raise ServiceError(f"ServiceData: the DataService at {self.address} refused this "
+                               f"consumer: {msg.get('error')}")
+        if msg["op"] == "closed":
+            raise ServiceError(f"ServiceData: the DataService at {self.address} closed while "
+                               "this consumer was reading.")
+        return msg
+
+    def _worker_sockets(self, config: dict[str, Any]) -> list[tuple[int, int]]:
+        """Connect to the workers of ``config``; close sockets of workers no longer there.
+        Returns the keys ``(worker, generation)`` of the live ones."""
+        import zmq
+
+        live = {(int(w), int(g)): addr for w, g, addr in config["workers"]}
+        for key in list(self._socks):
+            if key not in live:
+                self._socks.pop(key).close(linger=0)
+        for key, addr in live.items():
+            if key not in self._socks:
+                sock = self._ctx.socket(zmq.DEALER)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.connect(addr)
+                self._socks[key] = sock
+        return list(live)
+
+    def _cfg(self) -> dict[str, Any]:
+        if self._config is None:
+            self.reset_state()
+        assert self._config is not None
+        return self._config
+
+    # ---- the epoch ---------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return plan.steps_per_rank(self._cfg()["n"], self.world_size, self._start, self.partial)
+
+    def __iter__(self) -> Any:
+        cfg = self._cfg()
+        restored = self._resume is not None
+        token, start = self._begin()
+        if not restored:
+            self._start = 0  # (a restore with another world size shifts its own epoch only)
+        epoch = self._epoch - 1
+        positions, indices = plan.rank_steps(cfg["n"], cfg["seed"], epoch, cfg["shuffle"],
+                                             self.rank, self.world_size, self._start,
+                                             self.partial)
+        return self._run(token, epoch, positions[start:], indices[start:])
+
+    def _run(self, token: object, epoch: int, positions: np.ndarray, indices: np.ndarray
+             ) -> Any:
+        import zmq
+
+        todo = [(int(p), int(i)) for p, i in zip(positions, indices)]
+        nxt = 0  # next item to ask for
+        ready: dict[int, Any] = {}  # position -> output, received ahead of its turn
+        where: dict[int, tuple[tuple[int, int], tuple[int, int]]] = {}  # pos -> worker, item
+        load: dict[tuple[int, int], int] = {}
+        resend: list[tuple[int, int]] = []
+        live = self._worker_sockets(self._config or {})
+        instance = (self._config or {}).get("instance")
+        last_beat = last_answer = time.monotonic()
+        poller = zmq.Poller()
+
+        def ask(items: list[tuple[int, int]]) -> None:
+            for k in range(0, len(items), CHUNK):
+                chunk = items[k:k + CHUNK]
+                w = min(live, key=lambda key: load.get(key, 0))
+                self._socks[w].send(protocol.encode({
+                    "op": "map", "token": self.token,
+                    "items": [[epoch, p, i] for p, i in chunk]}))
+                load[w] = load.get(w, 0) + len(chunk)
+                for p, i in chunk:
+                    where[p] = (w, (p, i))
+
+        k = 0
+        while k < len(todo):
+            want_pos = todo[k][0]
+            while want_pos not in ready:
+                # keep `prefetch` outputs asked for ahead
+                if resend and live:
+                    ask(resend)
+                    resend = []
+                room = self.prefetch - len(where)
+                if room > 0 and nxt < len(todo) and live:
+                    ask(todo[nxt:nxt + room])
+                    nxt = min(len(todo), nxt + room)
+                poller = zmq.Poller()
+                for sock in self._socks.values():
+                    poller.register(sock, zmq.POLLIN)
+                poller.register(self._ctl, zmq.POLLIN)
+                t0 = time.monotonic()
+                events = dict(poller.poll(int(HEARTBEAT * 1000)))
+                self._waited += time.monotonic() - t0
+                now = time.monotonic()
+                for key, sock in list(self._socks.items()):
+                    if sock not in events:
+                        continue
+                    while True:
+                        try:
+                            frame = sock.recv(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self._take(frame, epoch, where, ready, load, key)
+                        last_answer = now
+                if self._ctl in events:
+                    while self._ctl.poll(0):
+                        msg = self._receive_ctl()
+                        if msg is None or msg["op"] != "config":
+                            continue
+                        last_answer = now
+                        self._config = msg
+                        changed = msg.get("instance") != instance
+                        instance = msg.get("instance")
+                        live = self._worker_sockets(msg)
+                        # what was asked of workers that are gone (or of a service that
+                        # restarted) is asked again
+                        lost = [p for p, (w, _) in where.items()
+                                if changed or w not in self._socks]
+                        for p in lost:
+                            w, item = where.pop(p)
+                            load[w] = max(0, load.get(w, 0) - 1)
+                            resend.append(item)
+                        resend.sort()
+                if now - last_beat >= HEARTBEAT:
+                    self._send_ctl({"op": "workers"})
+                    self._report(now)
+                    last_beat = now
+                if now - last_answer > self.timeout:
+                    raise ServiceError(
+                        f"ServiceData: the DataService at {self.address} gave nothing for "
+                        f"{self.timeout:g} s (rank {self.rank} of {self.world_size}, job "
+                        f"{self.job!r}, epoch {epoch}, output {self._pos}).")
+            out = ready.pop(want_pos)
+            k += 1
+            self._pos += 1
+            self._received += 1
+            yield out
+        self._end(token)
+
+    def _take(self, frame: bytes, epoch: int, where: dict, ready: dict, load: dict,
+              key: tuple[int, int]) -> None:
+        try:
+            msg = protocol.decode(frame)
+        except ValueError:
+            return
+        if msg.get("e") != epoch or msg.get("p") not in where:
+            return  # (an answer to a question asked again elsewhere, or of another epoch)
+        p = msg["p"]
+        w, _ = where.pop(p)
+        load[w] = max(0, load.get(w, 0) - 1)
+        if msg["op"] == "err":
+            raise WorkerError(str(msg.get("type")), str(msg.get("message")),
+                              str(msg.get("traceback", "")), msg.get("worker"), p,
+                              "DataService")
+        self._bytes += len(frame)
+        ready[p] = msg["r"]
+
+    def _report(self, now: float) -> None:
+        self._send_ctl({"op": "report", "received": self._received, "waited": self._waited,
+                        "elapsed": now - self._t0, "bytes": self._bytes})
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch, outputs received in it, and this rank's place (``rank``, ``world_size``,
+        ``start``: global positions consumed before this world size)."""
+        cfg = self._config or {}
+        return {"type": "ServiceData", **self._counters(), "rank": self.rank,
+                "world_size": self.world_size, "start": self._start, "job": self.job,
+                "partial": self.partial, "size": cfg.get("n")}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue the saved epoch. With the same world size, this rank goes on after its
+        own last output; with another one (every rank restoring the states saved at the same
+        step), the ranks share the rest of the epoch: nothing lost, nothing repeated."""
+        check_state(state, self, job=self.job, partial=self.partial)
+        n = self._cfg()["n"]
+        if state.get("size") not in (None, n):
+            raise mismatch(self, "a dataset of", n, state.get("size"),
+                           "the service serves another dataset than the saved run's.")
+        start, world, pos = int(state["start"]), int(state["world_size"]), int(state["pos"])
+        if world == self.world_size and not state["done"]:
+            self._start = start
+            self.restore_epoch(state)
+        else:
+            self._start = 0 if state["done"] else plan.consumed(start, pos, world)
+            self.restore_epoch({**state, "pos": 0})
+
+    def close(self) -> None:
+        for sock in self._socks.values():
+            sock.close(linger=0)
+        self._socks.clear()
+        if self._ctl is not None:
+            self._ctl.close(linger=0)
+            self._ctl = None
+        if self._ctx is not None:
+            self._ctx.term()
+            self._ctx = None
+        self._config = None
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def profile_metrics(self) -> dict[str, float]:
+        """For :func:`dataflow.profile`: outputs received, MB in, and the share of the time
+        this consumer waited for the service."""
+        span = max(time.monotonic() - self._t0, 1e-9)
+        return {"received": float(self._received), "mb_in": self._bytes / 1e6,
+                "wait_fraction": min(1.0, self._waited / span)}

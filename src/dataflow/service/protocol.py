@@ -1,0 +1,88 @@
+"""What crosses the network between a :class:`DataService`, its workers and its consumers.
+
+Every message is one ZeroMQ frame of msgpack (NumPy arrays in msgpack-numpy's layout, never a
+pickle: :func:`dataflow.parallel.remote.loads_msgpack`), a map with an ``"op"`` and the
+service's ``"token"`` (empty on loopback unless one was set). A message that does not decode,
+carries a wrong token or an unknown op is dropped and counted; it never stops the service.
+
+Consumer -> dispatcher (a DEALER to its ROUTER): ``hello`` (its job, rank, world size; the
+answer holds the dataset's length, the seed, ``shuffle``, the service's instance id and its
+workers' addresses), ``workers`` (the same answer: sent every heartbeat, it tells a consumer
+that a worker was replaced or that the service restarted), ``report`` (the consumer's wait
+figures, for ``stats()``), ``stats``.
+
+Consumer -> worker (a DEALER to the worker's ROUTER): ``map`` with ``items``, a list of
+``[epoch, position, index]``. The worker answers each item with ``{"op": "out", "e", "p", "r"}``
+(the result) or ``{"op": "err", "e", "p", "type", "message", "traceback"}``.
+
+Dispatcher -> consumers, when the service closes: ``closed``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+import socket
+import uuid
+from typing import Any
+from urllib.parse import urlparse
+
+from dataflow.parallel.remote import dumps_msgpack, loads_msgpack
+
+__all__ = ["TOKEN_ENV", "decode", "encode", "host_of", "is_loopback", "new_instance",
+           "token_ok"]
+
+#: the environment variable that holds the shared secret when ``token=`` is not given
+TOKEN_ENV = "DATAFLOW_SERVICE_TOKEN"
+
+
+def encode(msg: dict[str, Any]) -> bytes:
+    return dumps_msgpack(msg)
+
+
+def decode(frame: Any) -> dict[str, Any]:
+    """A message, or a ``ValueError`` for anything that is not one."""
+    try:
+        msg = loads_msgpack(frame)
+    except Exception as e:  # (msgpack raises several types on garbage)
+        raise ValueError(f"undecodable message ({type(e).__name__})") from None
+    if not isinstance(msg, dict) or not isinstance(msg.get("op"), str):
+        raise ValueError("a message must be a map with an 'op'")
+    return msg
+
+
+def token_ok(msg: dict[str, Any], token: str) -> bool:
+    given = msg.get("token", "")
+    return isinstance(given, str) and hmac.compare_digest(given.encode(), token.encode())
+
+
+def host_of(address: str) -> str:
+    """The host of a ``tcp://host:port`` address."""
+    parsed = urlparse(address)
+    if parsed.scheme != "tcp" or not parsed.hostname:
+        raise ValueError(
+            f"`address` must be 'tcp://host:port' (e.g. 'tcp://127.0.0.1:0' for a free port), "
+            f"got {address!r}.")
+    return parsed.hostname
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+        except OSError:
+            return False
+
+
+def resolve_token(token: str | None) -> str:
+    return token if token is not None else os.environ.get(TOKEN_ENV, "")
+
+
+def new_instance() -> str:
+    """An id for one start of a service (a restarted one has another)."""
+    return uuid.uuid4().hex
