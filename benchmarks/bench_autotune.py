@@ -89,7 +89,28 @@ def io20(dp: Any) -> Any:
     return dp
 
 
-FUNCS: dict[str, Callable[[Any], Any]] = {"gil": gil, "cv2": cv2_work, "io5": io5, "io20": io20}
+def gil2(dp: Any) -> Any:
+    n = 0
+    for i in range(44_000):  # ~2 ms of pure Python on this machine
+        n += i * i % 7
+    return [dp[0], n]
+
+
+def io10(dp: Any) -> Any:
+    time.sleep(0.010)
+    return dp
+
+
+FUNCS: dict[str, Callable[[Any], Any]] = {"gil": gil, "cv2": cv2_work, "io5": io5, "io20": io20,
+                                          "gil2": gil2, "io10": io10}
+
+#: the short-epoch workloads (``--short``): a fresh stage maps one strict pass of ``items``
+#: inputs, like an evaluation pass; the hand settings tried for each
+SHORT: dict[str, dict[str, Any]] = {
+    "io10": {"items": 4000, "grid": [("thread", w) for w in (16, 32, 64, 128, 256)]},
+    "gil2": {"items": 1200, "grid": [("thread", 1), ("thread", 2), ("process", 1),
+                                     ("process", 2)]},
+}
 
 
 def _func(name: str) -> Callable[[Any], Any]:
@@ -229,6 +250,102 @@ def run_dataflow(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def _epoch(make: Callable[[], Any], items: int) -> dict[str, Any]:
+    """One strict pass of a fresh stage: when each result came (from ``reset_state()``)."""
+    flow = make()
+    t0 = time.perf_counter()
+    flow.reset_state()
+    times = [time.perf_counter() for _ in flow]
+    tuned = flow.autotune_state() if hasattr(flow, "autotune_state") else None
+    config = f"{getattr(flow, 'backend', '?')} x{getattr(flow, 'num_workers', '?')}"
+    flow.close()
+    assert len(times) == items, (len(times), items)
+    half = items // 2
+    step = max(1, items // 100)  # the curve: every 1 % of the pass
+    return {"epoch_s": times[-1] - t0, "first_s": times[0] - t0,
+            "second_rate": (items - half) / (times[-1] - times[half - 1]),
+            "curve": [t - times[0] for t in times[::step]], "step": step, "config": config,
+            "decisions": None if tuned is None else tuned["decisions"]}
+
+
+def run_short(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The short-epoch workloads: the hand settings of ``SHORT`` once each, then the best of
+    them and ``"auto"`` in ``--rounds`` interleaved rounds (the order alternating)."""
+    from dataflow import DataFromList
+    from dataflow.parallel import MultiProcessMapDataZMQ, MultiThreadMapData, ParallelMapData
+
+    rows: list[dict[str, Any]] = []
+    for name in args.short_workloads:
+        func, items = FUNCS[name], SHORT[name]["items"]
+
+        def source(items: int = items) -> Any:
+            return DataFromList([[i] for i in range(items)], shuffle=False)
+
+        def hand(backend: str, workers: int, f: Any = func) -> Callable[[], Any]:
+            cls = MultiThreadMapData if backend == "thread" else MultiProcessMapDataZMQ
+            return lambda: cls(source(), workers, f, strict=True)
+
+        grid = []
+        for backend, workers in SHORT[name]["grid"]:
+            r = _epoch(hand(backend, workers), items)
+            grid.append({"kind": "hand", "workload": name, "items": items,
+                         "spec": (backend, workers), **r})
+            print(f"{name} {backend} x{workers}: {r['epoch_s']:.2f} s, 2nd half "
+                  f"{r['second_rate']:.0f}/s", file=sys.stderr)
+        rows += grid
+        best = max(grid, key=lambda r: r["second_rate"])
+        makers: dict[str, Callable[[], Any]] = {
+            "best": hand(*best["spec"]),
+            "auto": lambda f=func: ParallelMapData(source(), "auto", f, buffer_size="auto",
+                                                   strict=True),
+        }
+        for rnd in range(args.rounds):
+            for kind in ("best", "auto") if rnd % 2 == 0 else ("auto", "best"):
+                r = _epoch(makers[kind], items)
+                rows.append({"kind": kind, "workload": name, "items": items, "round": rnd,
+                             **r})
+                if kind == "auto":
+                    moves = [(d["window"], d["old"], d["new"], d["reason"][:40])
+                             for d in r["decisions"]]
+                    print(f"{name} auto round {rnd}: {r['epoch_s']:.2f} s, {moves}",
+                          file=sys.stderr, flush=True)
+    return rows
+
+
+def _reach(row: dict[str, Any], rate: float) -> float | None:
+    """Seconds from the first result until a tenth of the pass first ran at ``rate``."""
+    curve, step = row["curve"], row["step"]
+    span = 10  # (a tenth of the pass: ten points of the curve)
+    for i in range(len(curve) - span):
+        if step * span / max(1e-9, curve[i + span] - curve[i]) >= rate:
+            return curve[i]
+    return None
+
+
+def short_table(rows: list[dict[str, Any]], cpus: str) -> str:
+    out = [f"\ncores {cpus}, short epochs (a fresh stage per pass):\n",
+           "| workload | items | best hand: config, pass s | best 2nd half items/s | "
+           "auto 2nd half items/s (each round) | auto / best, 2nd half | auto / best, pass | "
+           "auto at 0.9x best after s (each round) | auto ended at |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for name in dict.fromkeys(r["workload"] for r in rows):
+        sel = [r for r in rows if r["workload"] == name]
+        best = [r for r in sel if r["kind"] == "best"]
+        auto = [r for r in sel if r["kind"] == "auto"]
+        if not best or not auto:
+            continue
+        b2, a2 = _median(best, "second_rate"), _median(auto, "second_rate")
+        bp, ap = _median(best, "epoch_s"), _median(auto, "epoch_s")
+        reach = ", ".join("-" if x is None else f"{x:.2f}"
+                          for x in (_reach(r, 0.9 * b2) for r in auto))
+        rates = ", ".join(f"{r['second_rate']:.0f}" for r in auto)
+        ended = ", ".join(sorted({r["config"] for r in auto}))
+        out.append(
+            f"| {name} | {sel[0]['items']} | {best[0]['config']}, {bp:.2f} | {b2:.0f} | "
+            f"{rates} | {a2 / b2:.2f} | {bp / ap:.2f} | {reach} | {ended} |")
+    return "\n".join(out)
+
+
 def run_tf(args: argparse.Namespace) -> list[dict[str, Any]]:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import cv2
@@ -326,7 +443,12 @@ def table(rows: list[dict[str, Any]], cpus: str, cap: float) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="a smaller grid, one round")
-    p.add_argument("--cpus", nargs="+", default=["0", "0,1"], help="taskset CPU lists")
+    p.add_argument("--cpus", nargs="+", default=None,
+                   help="taskset CPU lists (default: 0 and 0,1; --short: 0,1)")
+    p.add_argument("--short", action="store_true",
+                   help="the short-epoch workloads: one pass of a fresh stage, best hand "
+                   "setting against auto over the second half of the pass")
+    p.add_argument("--short-workloads", nargs="+", default=list(SHORT), choices=list(SHORT))
     p.add_argument("--seconds", type=float, default=1.5, help="measured seconds per config")
     p.add_argument("--rounds", type=int, default=None,
                    help="interleaved rounds of best hand, defaults and auto (default 3)")
@@ -334,7 +456,7 @@ def main() -> None:
                    help="the most seconds an autotuned run may take to converge")
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     p.add_argument("--lmdb", help=argparse.SUPPRESS)
-    p.add_argument("--part", choices=["dataflow", "tf"], help=argparse.SUPPRESS)
+    p.add_argument("--part", choices=["dataflow", "tf", "short"], help=argparse.SUPPRESS)
     p.add_argument("--no-tf", action="store_true", help="skip the tf.data peer figure")
     p.add_argument("--table", metavar="JSON",
                    help="print the tables of a saved run ($BENCH_AUTOTUNE_JSON) and exit")
@@ -342,13 +464,32 @@ def main() -> None:
     if args.table:
         with open(args.table) as f:
             for cpus, rows in json.load(f).items():
-                print(table(rows, cpus, args.converge))
+                short = rows and rows[0].get("kind") == "hand" and "second_rate" in rows[0]
+                print(short_table(rows, cpus) if short else table(rows, cpus, args.converge))
         return
     if args.rounds is None:
-        args.rounds = 1 if args.quick else 3
+        args.rounds = 5 if args.short else 1 if args.quick else 3
+    if args.cpus is None:
+        args.cpus = ["0,1"] if args.short else ["0", "0,1"]
     if args.part is not None:  # a child: one CPU set, one part
-        rows = run_dataflow(args) if args.part == "dataflow" else run_tf(args)
-        print(json.dumps(rows, default=str))
+        parts = {"dataflow": run_dataflow, "tf": run_tf, "short": run_short}
+        print(json.dumps(parts[args.part](args), default=str))
+        return
+    if args.short:
+        results = {}
+        for cpus in args.cpus:
+            cmd = ["taskset", "-c", cpus, sys.executable, __file__, "--part", "short",
+                   "--rounds", str(args.rounds), "--short-workloads", *args.short_workloads]
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if res.returncode != 0:
+                print(res.stderr[-3000:], file=sys.stderr)
+                continue
+            print(res.stderr, file=sys.stderr)
+            results[cpus] = json.loads(res.stdout.strip().splitlines()[-1])
+            print(short_table(results[cpus], cpus), flush=True)
+        with open(os.environ.get("BENCH_AUTOTUNE_JSON", "/tmp/bench_autotune_short.json"),
+                  "w") as f:
+            json.dump(results, f, default=str)
         return
     tmp = None
     try:

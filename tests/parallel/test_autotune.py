@@ -252,7 +252,7 @@ def test_the_window_after_a_change_is_shorter_for_threads(monkeypatch, per_worke
 
     clock, answered, resized = [0.0], [0], []
     monkeypatch.setattr(_autotune, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    ctl = Controller(1, 16, 8)
+    ctl = Controller(1, 16, 8, quick_start=False)
     tuner = _autotune.StageTuner("t", ctl, resized.append, lambda: answered[0], CpuShare(16),
                                  per_worker)
 
@@ -266,6 +266,50 @@ def test_the_window_after_a_change_is_shorter_for_threads(monkeypatch, per_worke
     assert at(1.0) == 2 and resized == [4]  # consumer-bound: half given back
     assert at(settle_closes_at - 0.01) == 2
     assert at(settle_closes_at) == 3 and resized == [4]
+
+
+def test_a_starting_thread_stage_measures_short_windows_of_enough_answers(monkeypatch) -> None:
+    """While its controller is starting, a thread stage's first window ends once an input was
+    answered and ``START_WINDOW`` passed; a measured one also needs an answered input per
+    worker (at most ``WINDOW``); the one after a change lasts half of ``START_WINDOW``. Once
+    the start is over, the windows are the usual ones, and the count is set again (so that
+    the stage sizes its chunks for it)."""
+    from types import SimpleNamespace
+
+    from dataflow.parallel.autotuning.controller import Controller
+
+    clock, answered, resized = [0.0], [0], []
+    monkeypatch.setattr(_autotune, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    ctl = Controller(1, 32, 8)
+    tuner = _autotune.StageTuner("t", ctl, resized.append, lambda: answered[0], CpuShare(1),
+                                 1 / 32)
+    assert tuner.starting
+
+    def at(t: float, more: int, waited: float = 0.0) -> int:
+        clock[0] = t
+        answered[0] += more
+        tuner.waited(waited)
+        return ctl.window
+
+    assert at(0.06, 0) == 0  # nothing answered yet: the first window goes on
+    assert at(0.07, 5) == 1 and resized == []  # (not measured)
+    assert at(0.11, 100, 0.036) == 1  # 40 ms: not yet a short window
+    assert at(0.125, 0, 0.014) == 2 and resized == [32]  # waited 91 %: 4x as many
+    assert ctl.decisions[-1].reason == "worker-bound (consumer waited 91%): trying more"
+    assert at(0.149, 0) == 2 and at(0.151, 0) == 3  # after the change: half a short window
+    assert at(0.21, 31, 0.05) == 3  # 31 answered: fewer than the 32 workers
+    assert at(0.22, 1) == 4 and ctl.workers == 8 and not tuner.starting  # no gain: back
+    assert ctl.decisions[-1].reason == "32 workers gave no more than 8 (463.8 vs 1818.2/s)"
+    assert resized == [32, 8]
+    assert at(0.469, 100) == 4 and at(0.471, 0) == 5  # the usual settling window, then
+    assert at(0.97, 100) == 5 and at(0.972, 0) == 6  # the usual windows
+    # a measured window of a starting stage with fewer answers than workers ends at WINDOW
+    ctl = Controller(1, 32, 8)
+    tuner = _autotune.StageTuner("t", ctl, resized.append, lambda: answered[0], CpuShare(1),
+                                 1 / 32)
+    assert at(2.1, 1) == 1  # (the first window)
+    assert at(2.59, 0, 0.4) == 1 and at(2.601, 0) == 2
+    assert ctl.workers == 32  # (waited 80 %: 4x as many)
 
 
 @pytest.mark.parametrize(("build", "name", "value"), [

@@ -36,7 +36,8 @@ def run(ctl: Controller, measure, windows: int) -> list[int]:
 
 
 def test_climbs_to_the_cores_and_stops() -> None:
-    ctl = Controller(1, 16, 1)
+    # the usual steps (no quick start): one or half as many more workers at a time
+    ctl = Controller(1, 16, 1, quick_start=False)
     counts = run(ctl, model(100, 4, 1e9), 30)
     assert counts[-1] == 4
     assert ctl.converged_at is not None and ctl.converged_at <= 20
@@ -75,7 +76,7 @@ def test_consumer_bound_halves_down_to_one() -> None:
 def test_worker_bound_past_the_cores_halves_then_steps() -> None:
     # 8 threads on 2 cores' worth of work: more do not pay (a big and a small probe), then
     # half are given back twice (no loss: a ceiling just above), 1 loses, 2 it is
-    ctl = Controller(1, 32, 8)
+    ctl = Controller(1, 32, 8, quick_start=False)
     counts = run(ctl, model(1200, 2, 1e9), 24)
     assert [(d.old, d.new) for d in ctl.decisions] == [
         (8, 12), (12, 8), (8, 9), (9, 8), (8, 4), (4, 2), (2, 1), (1, 2)]
@@ -91,7 +92,7 @@ def test_work_that_scales_to_the_maximum_stays_there(noise: float, seed: int) ->
     # tried, and the count the climb paid for in full is not walked back one at a time (each
     # thread fewer would cost 1.6 %, inside the noise); after `hold` windows one re-probe
     # (half the threads) loses and is taken back, and the count it returns to stays
-    ctl = Controller(1, 64, 4)
+    ctl = Controller(1, 64, 4, quick_start=False)
     counts = run(ctl, model(100, 1000, 1e9, noise=noise, seed=seed), 70)
     assert [(d.old, d.new, d.window) for d in ctl.decisions] == [
         (4, 6, 1), (6, 9, 3), (9, 13, 5), (13, 19, 7), (19, 28, 9), (28, 42, 11), (42, 63, 13),
@@ -104,7 +105,7 @@ def test_a_climb_that_paid_less_than_its_share_is_walked_back() -> None:
     # 9 -> 13 workers on 10 cores' worth: +11 % for +44 % workers, a knee between them; 13 is
     # not kept: after a big and a small step up that do not pay, it gives back down to the
     # floor the climb found (one above 9)
-    ctl = Controller(1, 16, 9)
+    ctl = Controller(1, 16, 9, quick_start=False)
     counts = run(ctl, model(10, 10, 1e9), 30)
     assert [(d.old, d.new, d.window) for d in ctl.decisions] == [
         (9, 13, 1), (13, 16, 3), (16, 13, 5), (13, 14, 7), (14, 13, 9), (13, 10, 11)]
@@ -150,7 +151,7 @@ def test_never_exceeds_the_maximum_and_follows_a_lowered_budget() -> None:
 
 
 def test_window_after_a_change_is_not_measured() -> None:
-    ctl = Controller(1, 8, 1)
+    ctl = Controller(1, 8, 1, quick_start=False)
     assert ctl.step(Measurement(1, 100, 0.9)) == 2
     # the settling window: even a terrible figure changes nothing
     assert ctl.step(Measurement(2, 1, 0.9)) == 2
@@ -183,7 +184,7 @@ def test_stable_and_thrifty_under_noise(per: float, cores: int, consumer_x: floa
 
 
 def test_state_is_plain_data() -> None:
-    ctl = Controller(1, 4, 1)
+    ctl = Controller(1, 4, 1, quick_start=False)
     run(ctl, model(100, 4, 1e9), 12)
     state = ctl.state()
     assert state["workers"] == 4 and state["maximum"] == 4 and state["window"] == 12
@@ -222,3 +223,66 @@ def test_only_consecutive_consumer_bound_windows_at_the_minimum_move_the_work() 
     ctl.moved_back()
     assert [ctl.step(bound) for _ in range(5)] == [1] * 5
     assert ctl.backend == "thread" and len(ctl.decisions) == 1
+
+
+def test_quick_start_climbs_by_what_the_consumer_waited() -> None:
+    # waiting work, 256 workers allowed, a consumer that never keeps up: it waited all of
+    # each window, so each climb is the largest (4x) and pays in full; the maximum ends the
+    # quick start, and the count the last climb paid for in full is not walked back
+    ctl = Controller(1, 256, 8)
+    assert ctl.starting
+    counts = run(ctl, model(100, 1000, 1e9), 20)
+    assert [(d.window, d.old, d.new) for d in ctl.decisions] == [
+        (1, 8, 32), (3, 32, 128), (5, 128, 256)]
+    assert ctl.decisions[0].reason == "worker-bound (consumer waited 100%): trying more"
+    assert counts[5:] == [256] * 15 and ctl.converged_at == 7 and not ctl.starting
+
+
+def test_quick_start_climbs_no_more_than_the_consumer_waited() -> None:
+    # a consumer that waited half of the window at 4 workers (400/s of the 799/s it takes):
+    # twice as many; 8 keep up (it no longer waits): the usual give-backs from there find
+    # that 7 do not (the count the climb came from, 4, is a floor)
+    ctl = Controller(1, 64, 4)
+    counts = run(ctl, model(100, 1000, 799), 20)
+    assert [(d.window, d.old, d.new) for d in ctl.decisions] == [
+        (1, 4, 8), (3, 8, 5), (5, 5, 8), (7, 8, 7), (9, 7, 8)]
+    assert counts[9:] == [8] * 11 and ctl.converged_at == 11
+    # a consumer that waited little: the usual step (half as many more), not less
+    small = Controller(1, 64, 8)
+    assert small.step(Measurement(8, 800.0, 0.1)) == 12
+
+
+def test_quick_start_ends_where_a_climb_pays_less_than_in_full() -> None:
+    # 200 workers' worth of work: 128 -> 256 gains 56 % for twice the workers (a knee between
+    # them): the quick start ends there; the give-back probe from the maximum waits for the
+    # window after (so that a short pass runs at the maximum); half of them lose, and from
+    # there the usual steps walk back one at a time towards the knee (each keeps the rate)
+    ctl = Controller(1, 256, 8)
+    counts = run(ctl, model(100, 200, 1e9), 16)
+    assert [(d.window, d.old, d.new) for d in ctl.decisions] == [
+        (1, 8, 32), (3, 32, 128), (5, 128, 256), (8, 256, 129), (10, 129, 256),
+        (12, 256, 255), (14, 255, 254), (16, 254, 253)]
+    assert ctl.decisions[3].reason == "no more workers to try: trying fewer"
+    assert counts[5:7] == [256, 256] and not ctl.starting
+
+
+def test_quick_start_ends_where_a_climb_does_not_pay() -> None:
+    # 8 workers on 2 cores' worth: 32 do no better; back to 8, and the usual steps (and
+    # windows) from there, as without the quick start, to 2
+    ctl = Controller(1, 32, 8)
+    counts = run(ctl, model(1200, 2, 1e9), 26)
+    assert [(d.window, d.old, d.new) for d in ctl.decisions] == [
+        (1, 8, 32), (3, 32, 8), (5, 8, 12), (7, 12, 8), (9, 8, 9), (11, 9, 8), (13, 8, 4),
+        (15, 4, 2), (17, 2, 1), (19, 1, 2)]
+    assert ctl.decisions[1].reason == "32 workers gave no more than 8 (2400.0 vs 2400.0/s)"
+    assert counts[19:] == [2] * 7 and not ctl.starting
+
+
+def test_quick_start_ends_when_the_consumer_is_the_bottleneck() -> None:
+    # consumer-bound from the first window: the usual give-backs; a restored controller
+    # (end_start) has none
+    ctl = Controller(1, 16, 8)
+    assert ctl.step(Measurement(8, 250.0, 0.0)) == 4 and not ctl.starting
+    restored = Controller(1, 16, 8)
+    restored.end_start()
+    assert restored.step(Measurement(8, 800.0, 1.0)) == 12

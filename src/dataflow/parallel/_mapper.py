@@ -186,6 +186,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         self._tuner = StageTuner(type(self).__name__, ctl, self.resize, lambda: sched.answered,
                                  share, self._core_per_worker, self._request_move)
         sched.tuner = self._tuner
+        sched.chunk_size = self._chunk_size()  # (sized for its start: see _chunk_size)
 
     #: the kind of worker that maps now: ``"thread"`` or ``"process"``
     backend = "process"
@@ -231,6 +232,11 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         in strict mode, of one epoch (tiny epochs of heavy maps stay parallel). Sized for the
         workers running now (an autotuned stage's change with its count)."""
         workers = self.num_workers
+        if self._tuner is not None and self._tuner.starting:
+            # (a tuner climbing from its start: sized for the most workers it may run, so
+            # that added workers find work queued and its short windows see results as they
+            # come, not in bursts of large chunks)
+            workers = max(workers, self._tuner.controller.maximum)
         share = self.buffer_size // (self._CHUNK_SHARE * workers)
         n = known_length(self.ds) if self.strict else None
         if n:

@@ -305,7 +305,7 @@ class MultiThreadMapData(MapperBase):
     :meth:`MapperBase.state_dict <dataflow.parallel._mapper.MapperBase.state_dict>`.
 
     ``num_thread="auto"`` (:data:`dataflow.AUTOTUNE`): the thread count is tuned while it
-    runs, up to 64 threads per core of the CPU budget; ``buffer_size="auto"``: room for the most
+    runs, up to 128 threads per core of the CPU budget; ``buffer_size="auto"``: room for the most
     threads it may run. :meth:`resize` changes the count by hand.
     """
 

@@ -34,6 +34,13 @@ AUTOTUNE = "auto"
 #: seconds of iteration per measured window
 WINDOW = 0.5
 
+#: seconds of iteration per window of a thread stage whose controller is starting (climbing
+#: fast from its first count): such a window also waits for as many answered inputs as there
+#: are workers (work that takes long per input gets longer windows), at most ``WINDOW``; the
+#: first window of such a stage (it fills the buffer, not measured) lasts this long too, once
+#: a first input was answered
+START_WINDOW = 0.05
+
 #: a thread stage's window that is not measured because it follows a change (threads start
 #: at once, only the queues refill) lasts this fraction of ``WINDOW``; a process stage's lasts
 #: ``WINDOW`` (a new process announces itself before it gets work), and so does the first
@@ -43,7 +50,7 @@ THREAD_SETTLE = 0.5
 #: thread workers per core the controller may try (threads that wait on storage or release
 #: the GIL are cheap: on one core, work that waits 5 ms per item ran 2x faster with 32 threads
 #: than with 16; the controller stops where more do not pay)
-THREADS_PER_CORE = 64
+THREADS_PER_CORE = 128
 
 #: thread workers per core an autotuned thread stage starts with (it climbs or gives back
 #: from there)
@@ -141,7 +148,31 @@ class StageTuner:
         controller.skip_window()  # (the first window fills the buffer)
         self._waited = 0.0
         self._changed = False  # the window in progress follows a change
+        if controller.window > 0:  # (restored: it goes on from the tuned count)
+            controller.end_start()
         share.claim(self, controller.workers, per_worker)
+
+    @property
+    def starting(self) -> bool:
+        """The controller climbs fast from its first count, measuring short windows (see
+        ``START_WINDOW``); the stage sizes its chunks for the most workers it may run, so
+        that added workers find work and results come as they are mapped, not in bursts."""
+        return self.controller.starting
+
+    def _due(self, elapsed: float, count: int) -> bool:
+        """Whether the window in progress, ``elapsed`` seconds old, is over."""
+        ctl = self.controller
+        settle = self._changed and ctl.settling and self.per_worker < 1
+        if not ctl.starting or self.per_worker >= 1:
+            return elapsed >= (WINDOW * THREAD_SETTLE if settle else WINDOW)
+        if elapsed >= WINDOW:
+            return True
+        if settle:
+            return elapsed >= START_WINDOW * THREAD_SETTLE
+        answered = count - self._count
+        if ctl.settling:  # the first window: once a first input was answered
+            return elapsed >= START_WINDOW and answered > 0
+        return elapsed >= START_WINDOW and answered >= ctl.workers
 
     def waited(self, seconds: float) -> None:
         """The consumer waited ``seconds`` for a result; closes the window when it is due."""
@@ -149,21 +180,22 @@ class StageTuner:
         now = time.perf_counter()
         elapsed = now - self._start
         ctl = self.controller
-        settle = self._changed and ctl.settling and self.per_worker < 1
-        if elapsed < (WINDOW * THREAD_SETTLE if settle else WINDOW):
-            return
         count = self._answered()
+        if not self._due(elapsed, count):
+            return
         m = Measurement(ctl.workers, (count - self._count) / elapsed,
                         min(1.0, self._waited / elapsed))
         self._start, self._count, self._waited = now, count, 0.0
         ctl.maximum = self.share.maximum(self, self.per_worker)
-        old, backend = ctl.workers, ctl.backend
+        old, backend, starting = ctl.workers, ctl.backend, ctl.starting
         new = ctl.step(m)
         self._changed = new != old
         if new != old:
             logger.info("%s: %d -> %d workers: %s", self.name, old, new, ctl.decisions[-1].reason)
             self._resize(new)
             self.share.claim(self, new, self.per_worker)
+        elif starting and not ctl.starting:
+            self._resize(new)  # (the same count: the chunks are sized for it again)
         if ctl.backend != backend and self._move is not None:
             logger.info("%s: %s", self.name, ctl.decisions[-1].reason)
             self._move()
