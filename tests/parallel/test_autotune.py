@@ -312,6 +312,27 @@ def test_a_starting_thread_stage_measures_short_windows_of_enough_answers(monkey
     assert ctl.workers == 32  # (waited 80 %: 4x as many)
 
 
+def test_no_window_closes_while_the_stage_measures_its_back_end(monkeypatch) -> None:
+    """While ``ParallelMapData`` measures whether its work holds the GIL, the window goes on
+    (no climb on work that may move to processes); once it chose, the window closes as due."""
+    from types import SimpleNamespace
+
+    from dataflow.parallel.autotuning.controller import Controller
+
+    clock, answered, probing = [0.0], [0], [True]
+    monkeypatch.setattr(_autotune, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    ctl = Controller(1, 32, 8)
+    tuner = _autotune.StageTuner("t", ctl, lambda n: None, lambda: answered[0], CpuShare(1),
+                                 1 / 32, probing=lambda: probing[0])
+    for t in (0.1, 0.6, 1.2):
+        clock[0], answered[0] = t, answered[0] + 50
+        tuner.waited(0.05)
+    assert ctl.window == 0
+    probing[0] = False
+    tuner.waited(0.0)
+    assert ctl.window == 1 and ctl.workers == 8  # (the first window: not measured)
+
+
 @pytest.mark.parametrize(("build", "name", "value"), [
     (lambda: ParallelMapData(flows.Range(3), num_workers=-3, map_func=flows.waits),
      "num_workers", "-3"),

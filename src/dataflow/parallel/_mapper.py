@@ -184,7 +184,8 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         if ctl.workers != self.num_workers:
             self.resize(ctl.workers)
         self._tuner = StageTuner(type(self).__name__, ctl, self.resize, lambda: sched.answered,
-                                 share, self._core_per_worker, self._request_move)
+                                 share, self._core_per_worker, self._request_move,
+                                 self._probing)
         sched.tuner = self._tuner
         sched.chunk_size = self._chunk_size()  # (sized for its start: see _chunk_size)
 
@@ -232,7 +233,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         in strict mode, of one epoch (tiny epochs of heavy maps stay parallel). Sized for the
         workers running now (an autotuned stage's change with its count)."""
         workers = self.num_workers
-        if self._tuner is not None and self._tuner.starting:
+        if self._tuner is not None and self._tuner.starting and not self._probing():
             # (a tuner climbing from its start: sized for the most workers it may run, so
             # that added workers find work queued and its short windows see results as they
             # come, not in bursts of large chunks)
@@ -326,6 +327,12 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         """What measures the chunks' spans for this stage's own decisions (the thread
         mapper's back-end probe), if anything."""
         return None
+
+    def _probing(self) -> bool:
+        """The stage measures its chunks' spans to choose its back end (its chunks stay
+        sized for the workers running: chunks too short to share the GIL would hide that the
+        work holds it)."""
+        return False
 
     _recorder: Callable[..., None] | None = None
 

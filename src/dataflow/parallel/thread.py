@@ -396,12 +396,16 @@ class MultiThreadMapData(MapperBase):
         if sched is None or self.backend != "thread" or self._retiring is not None:
             return
         self._set_backend("process")
+        threads = self.num_workers
+        if self.autotuned:  # (no more processes than the budget's cores: they cost to start)
+            self.num_workers = min(threads, self._auto_maximum())
         try:
             new = self._start_workers()
         except Exception as e:  # (e.g. a map function that a spawned process cannot unpickle)
             logger.warning("%s: its work could not move to processes (%s: %s); it stays on "
                            "threads", type(self).__name__, type(e).__name__, e)
             self._set_backend("thread")
+            self.num_workers = threads
             if self._tuner is not None:
                 self._tuner.moved(None)
             return
@@ -433,6 +437,9 @@ class MultiThreadMapData(MapperBase):
             self._backend_probe = BackendProbe(self._share().cores)
         return self._probe_span
 
+    def _probing(self) -> bool:
+        return self._choose and self.backend_choice is None and self.backend == "thread"
+
     def _probe_span(self, start: float, end: float, cpu: float) -> None:
         probe = self._backend_probe
         choice = probe.add(start, end, cpu) if probe is not None else None
@@ -450,11 +457,10 @@ class MultiThreadMapData(MapperBase):
             self._request_move()
         elif self.autotuned:
             n = thread_start(choice.computes, self.num_workers, cores)
-            if n != self.num_workers:
-                if self._tuner is not None:
-                    self._tuner.set_workers(n, choice.reason)
-                    n = self._tuner.controller.workers
-                self.resize(n)
+            if n != self.num_workers and self._tuner is not None:
+                self._tuner.set_workers(n, choice.reason)
+                n = self._tuner.controller.workers
+            self.resize(n)  # (the same count too: chunks sized for the tuner's start)
 
     def autotune_state(self) -> dict[str, Any] | None:
         state = super().autotune_state()

@@ -3,13 +3,13 @@ autotuned stages of a pipeline share (:class:`CpuShare`), and a stage's live tun
 (:class:`StageTuner`), which measures windows of a mapper's run and applies its
 :class:`~dataflow.parallel.autotuning.controller.Controller`'s worker counts.
 
-What the measurements are: a window lasts at least ``WINDOW`` seconds of iteration; its
-``rate`` is inputs the workers answered per second (bounded by the in-flight limit when the
-consumer is slow; the first window, which fills the buffer, is not measured), its ``wait`` the
-fraction of the
-window the consumer spent blocked waiting for a result. Time the consumer spends away from the
-mapper (the trainer's step) is part of the window: a slow consumer waits little, so the
-controller gives workers back.
+What the measurements are: a window lasts ``WINDOW`` seconds of iteration (while a thread
+stage's controller starts, ``START_WINDOW`` and an answered input per worker); its ``rate``
+is inputs the workers answered per second (bounded by the in-flight limit when the consumer
+is slow; the first window, which fills the buffer, is not measured), its ``wait`` the
+fraction of the window the consumer spent blocked waiting for a result. Time the consumer
+spends away from the mapper (the trainer's step) is part of the window: a slow consumer
+waits little, so the controller gives workers back.
 """
 
 from __future__ import annotations
@@ -49,7 +49,8 @@ THREAD_SETTLE = 0.5
 
 #: thread workers per core the controller may try (threads that wait on storage or release
 #: the GIL are cheap: on one core, work that waits 5 ms per item ran 2x faster with 32 threads
-#: than with 16; the controller stops where more do not pay)
+#: than with 16, and on two cores work that waits 10 ms 1.6x faster with 256 than with 128;
+#: the controller stops where more do not pay)
 THREADS_PER_CORE = 128
 
 #: thread workers per core an autotuned thread stage starts with (it climbs or gives back
@@ -139,9 +140,13 @@ class StageTuner:
 
     def __init__(self, name: str, controller: Controller, resize: Callable[[int], None],
                  answered: Callable[[], int], share: CpuShare, per_worker: float,
-                 move: Callable[[], None] | None = None) -> None:
+                 move: Callable[[], None] | None = None,
+                 probing: Callable[[], bool] | None = None) -> None:
         self.name, self.controller, self._resize = name, controller, resize
         self._move = move  # moves the stage's work to processes (when the controller says)
+        # whether the stage still measures its work to choose its back end: the window goes
+        # on (no climb on work that may move to processes)
+        self._probing = probing
         self._answered, self.share, self.per_worker = answered, share, per_worker
         self._start = time.perf_counter()
         self._count = answered()
@@ -161,6 +166,8 @@ class StageTuner:
 
     def _due(self, elapsed: float, count: int) -> bool:
         """Whether the window in progress, ``elapsed`` seconds old, is over."""
+        if self._probing is not None and self._probing():
+            return False
         ctl = self.controller
         settle = self._changed and ctl.settling and self.per_worker < 1
         if not ctl.starting or self.per_worker >= 1:
