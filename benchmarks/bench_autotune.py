@@ -105,11 +105,13 @@ FUNCS: dict[str, Callable[[Any], Any]] = {"gil": gil, "cv2": cv2_work, "io5": io
                                           "gil2": gil2, "io10": io10}
 
 #: the short-epoch workloads (``--short``): a fresh stage maps one strict pass of ``items``
-#: inputs, like an evaluation pass; the hand settings tried for each
+#: inputs, like an evaluation pass; the hand settings tried for each (back end, workers,
+#: buffer: the default 200, and 512 where 200 bounds the inputs in flight)
 SHORT: dict[str, dict[str, Any]] = {
-    "io10": {"items": 4000, "grid": [("thread", w) for w in (16, 32, 64, 128, 256)]},
-    "gil2": {"items": 1200, "grid": [("thread", 1), ("thread", 2), ("process", 1),
-                                     ("process", 2)]},
+    "io10": {"items": 4000, "grid": [("thread", w, 200) for w in (16, 32, 64, 128, 256)]
+             + [("thread", 256, 512)]},
+    "gil2": {"items": 1200, "grid": [("thread", 1, 200), ("thread", 2, 200),
+                                     ("process", 1, 200), ("process", 2, 200)]},
 }
 
 
@@ -281,16 +283,18 @@ def run_short(args: argparse.Namespace) -> list[dict[str, Any]]:
         def source(items: int = items) -> Any:
             return DataFromList([[i] for i in range(items)], shuffle=False)
 
-        def hand(backend: str, workers: int, f: Any = func) -> Callable[[], Any]:
+        def hand(backend: str, workers: int, buf: int, f: Any = func) -> Callable[[], Any]:
             cls = MultiThreadMapData if backend == "thread" else MultiProcessMapDataZMQ
-            return lambda: cls(source(), workers, f, strict=True)
+            return lambda: cls(source(), workers, f, buffer_size=buf, strict=True)
 
         grid = []
-        for backend, workers in SHORT[name]["grid"]:
-            r = _epoch(hand(backend, workers), items)
+        for backend, workers, buf in SHORT[name]["grid"]:
+            r = _epoch(hand(backend, workers, buf), items)
+            if buf != 200:
+                r["config"] += f" (buffer {buf})"
             grid.append({"kind": "hand", "workload": name, "items": items,
-                         "spec": (backend, workers), **r})
-            print(f"{name} {backend} x{workers}: {r['epoch_s']:.2f} s, 2nd half "
+                         "spec": (backend, workers, buf), **r})
+            print(f"{name} {r['config']}: {r['epoch_s']:.2f} s, 2nd half "
                   f"{r['second_rate']:.0f}/s", file=sys.stderr)
         rows += grid
         best = max(grid, key=lambda r: r["second_rate"])
@@ -302,6 +306,8 @@ def run_short(args: argparse.Namespace) -> list[dict[str, Any]]:
         for rnd in range(args.rounds):
             for kind in ("best", "auto") if rnd % 2 == 0 else ("auto", "best"):
                 r = _epoch(makers[kind], items)
+                if kind == "best":
+                    r["config"] = best["config"]
                 rows.append({"kind": kind, "workload": name, "items": items, "round": rnd,
                              **r})
                 if kind == "auto":
