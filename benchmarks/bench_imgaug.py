@@ -6,8 +6,9 @@ The chain ResizeShortestEdge(256), CenterCrop(224), Flip(horiz=True), Brightness
 64 distinct 256x320x3 uint8 images, each implementation in its own subprocess; the result is
 the best images/s of several repeats in three alternating rounds of subprocesses. "direct" is
 the same work written by hand with cv2 and NumPy (cv2.resize, slicing, cv2.flip, cv2.add of the
-rounded delta: no float temporaries). A second row runs the chain inside
-DataFromList -> AugmentImageComponent (direct: a plain generator over the same list).
+rounded delta, cv2.subtract of a negative one: no float temporaries). A second row runs the
+chain inside DataFromList -> AugmentImageComponent (direct: a plain generator over the same
+list).
 tensorpack 0.11 runs as a black box in its own virtualenv (benchmarks/.venv-tensorpack; see
 _common.TENSORPACK_SETUP) and is skipped, with a note, when that does not exist.
 """
@@ -64,7 +65,11 @@ def _direct_step():
         if rng.uniform() < 0.5:
             img = cv2.flip(img, 1)
         d = float(np.rint(rng.uniform(-30, 30)))
-        return cv2.add(img, (d, d, d, d))
+        # saturating uint8 arithmetic: cv2.add with a negative scalar takes a slow path (5-40x,
+        # benchmarks/bench_kernels.py), so a negative offset is subtracted
+        if d >= 0:
+            return cv2.add(img, (d, d, d, d))
+        return cv2.subtract(img, (-d, -d, -d, -d))
 
     return step
 

@@ -81,6 +81,30 @@ def test_uint8_brightness_paths_agree():
     np.testing.assert_array_equal(fn.add_scalar(img[..., 0], 0.4), img[..., 0])
 
 
+@pytest.mark.parametrize("shape", [(6, 7), (6, 7, 1), (6, 7, 2), (6, 7, 3), (6, 7, 4)])
+@pytest.mark.parametrize("delta", [-300.0, -17.4, -17.5, -0.4, 0.0, 2.5, 17.0, 300.0])
+def test_uint8_brightness_of_either_sign_on_views_and_arrays(shape, delta):
+    # negative offsets go through cv2.subtract, views may be copied first: the same pixels
+    big = np.random.RandomState(0).randint(0, 256, (10, 12, *shape[2:])).astype(np.uint8)
+    view = big[2 : 2 + shape[0], 3 : 3 + shape[1]]
+    expected = np.clip(view.astype(int) + int(np.rint(delta)), 0, 255).astype(np.uint8)
+    for img in (view, np.ascontiguousarray(view)):
+        out = fn.add_scalar(img, delta)
+        assert out.shape == shape and out.dtype == np.uint8 and out.flags["C_CONTIGUOUS"]
+        np.testing.assert_array_equal(out, expected)
+    assert np.array_equal(big[2 : 2 + shape[0], 3 : 3 + shape[1]], view)  # input untouched
+
+
+def test_uint8_lighting_on_a_view_matches_the_contiguous_image():
+    big = np.random.RandomState(1).randint(0, 256, (10, 12, 3)).astype(np.uint8)
+    view = big[1:9, 2:11]
+    for inc in ([9.2, -13.3, 4.0], [-40.0, -1.2, -0.7], [250.0, 3.0, -260.0]):
+        expected = np.clip(np.rint(view.astype(np.float32) + np.float32(inc)), 0, 255)
+        np.testing.assert_array_equal(fn.lighting(view, inc), expected.astype(np.uint8))
+        np.testing.assert_array_equal(fn.lighting(np.ascontiguousarray(view), inc),
+                                      expected.astype(np.uint8))
+
+
 def test_flip_and_transpose_return_contiguous_arrays():
     img = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
     for out, ref in ((fn.flip(img), img[:, ::-1]), (fn.flip(img[..., :1], False), img[::-1, :, :1]),

@@ -9,6 +9,7 @@ Coordinates are float ``Nx2`` arrays of ``(x, y)`` in the continuous frame: the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,17 @@ from dataflow.imgaug._cv2 import cv2
 #: OpenCV untyped, for the calls whose stubs differ between its releases (scalars as the second
 #: argument of add/subtract are known to some and not to others)
 _cv2_any: Any = cv2
+
+# Kernel choices, by measurement (benchmarks/bench_kernels.py, results in
+# benchmarks/RESULTS.md, on the oldest and the newest OpenCV that pyproject.toml allows):
+# * ``cv2.add(img, scalar)`` with a negative (or fractional) scalar leaves OpenCV's saturating
+#   uint8 loop (7x slower on 4.8, 40x on 5.1): a negative offset is a ``cv2.subtract`` of its
+#   absolute value instead, which gives the same saturated result.
+# * From OpenCV 5, ``cv2.add`` / ``cv2.subtract`` with a scalar on a non-contiguous view (what a
+#   crop hands the next augmentor) is ~5x slower than on a contiguous array, more than the copy
+#   costs; on 4.x the view is faster than copying. So from 5 on, views are copied first.
+_CV2_MAJOR = int(str(cv2.__version__).split(".")[0])
+_COPY_VIEWS_FOR_ARITHMETIC = _CV2_MAJOR >= 5
 
 __all__ = [
     "IMAGE_DTYPES",
@@ -133,8 +145,10 @@ def _work(img: np.ndarray) -> np.ndarray:
 
 def _lut(img: np.ndarray, table: np.ndarray) -> np.ndarray:
     """Apply a float table of 256 entries to a uint8 image (rounded and saturated)."""
-    table = np.clip(np.rint(table), 0, 255).astype(np.uint8)
-    return cv2.LUT(img, table).reshape(img.shape)
+    table = np.rint(table)
+    np.clip(table, 0, 255, out=table)
+    out = cv2.LUT(img, table.astype(np.uint8))
+    return out if out.shape == img.shape else out.reshape(img.shape)
 
 
 def _cv_float(img: np.ndarray) -> np.ndarray:
@@ -242,13 +256,38 @@ def affine_coords(coords: np.ndarray, mat: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------- photometric
+def _add_offsets(img: np.ndarray, offsets: Sequence[int]) -> np.ndarray:
+    """``img + offsets`` (integers, one per channel, at most 4), saturated to uint8, by the
+    fastest OpenCV calls (see the kernel choices above): the positive offsets with
+    ``cv2.add``, the negative ones with ``cv2.subtract`` of their absolute values."""
+    src = img
+    if _COPY_VIEWS_FOR_ARITHMETIC and not img.flags.c_contiguous:
+        src = np.ascontiguousarray(img)
+    up = [max(k, 0) for k in offsets]
+    down = [max(-k, 0) for k in offsets]
+    pad = [0] * (4 - len(offsets))
+    out = None
+    if any(up) or not any(down):
+        out = _cv2_any.add(src, (*up, *pad))
+    if any(down):
+        out = _cv2_any.subtract(src if out is None else out, (*down, *pad))
+    return out if out.ndim == img.ndim else out.reshape(img.shape)
+
+
 def add_scalar(img: np.ndarray, delta: float, clip: bool = True) -> np.ndarray:
-    """``img + delta``. uint8 adds ``rint(delta)`` with saturation (``cv2.add``, or a lookup
-    table beyond 4 channels), so no float temporaries are made."""
+    """``img + delta``. uint8 adds ``rint(delta)`` with saturation (``cv2.add`` or
+    ``cv2.subtract``, or a lookup table beyond 4 channels), so no float temporaries are made."""
     if img.dtype == _UINT8:
-        d = float(round(delta))  # round half to even, like np.rint
-        if img.ndim == 2 or img.shape[2] <= 4:
-            return _cv2_any.add(img, (d, d, d, d)).reshape(img.shape)
+        d = int(np.rint(delta))  # round half to even
+        if img.ndim == 2 or img.shape[2] <= 4:  # (_add_offsets, inlined: this is a hot path)
+            src = img
+            if _COPY_VIEWS_FOR_ARITHMETIC and not img.flags.c_contiguous:
+                src = np.ascontiguousarray(img)
+            if d >= 0:
+                out = _cv2_any.add(src, (d, d, d, d))
+            else:
+                out = _cv2_any.subtract(src, (-d, -d, -d, -d))
+            return out if out.ndim == img.ndim else out.reshape(img.shape)
         return _lut(img, _ARANGE256 + np.float32(d))
     return finish(img + img.dtype.type(delta), img.dtype, clip)
 
@@ -414,14 +453,11 @@ def lighting(img: np.ndarray, inc: Sequence[float] | np.ndarray, clip: bool = Tr
     if img.dtype == _UINT8 and img.ndim == 3 and img.shape[2] == 3:
         # uint8 without float temporaries, the same to the bit as the float path below
         inc32 = np.asarray(inc, np.float32)
-        if (np.abs(inc32 - np.floor(inc32) - 0.5) > 1e-3).all():
+        vals = inc32.tolist()  # (plain floats: three numpy calls cost more than the kernel)
+        if all(abs(v - math.floor(v) - 0.5) > 1e-3 for v in vals):
             # away from a tie, rint(v + inc) == v + rint(inc) for every integer v: two
             # saturating integer passes (OpenCV scalars saturate to uint8, hence add/subtract)
-            k = np.rint(inc32).astype(np.int64).tolist()
-            up, down = [max(x, 0) for x in k], [max(-x, 0) for x in k]
-            out = _cv2_any.add(img, (*up, 0)) if any(up) else img.copy()
-            return (_cv2_any.subtract(out, (*down, 0))
-                    if any(down) else out)
+            return _add_offsets(img, [round(v) for v in vals])
         # near a tie, a per-channel table computed in float32 as the float path computes
         table = np.arange(256, dtype=np.float32)[:, None] + inc32[None]
         table = np.clip(np.rint(table), 0, 255).astype(np.uint8).reshape(1, 256, 3)
