@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -195,10 +197,46 @@ def test_fallback_gives_the_same_shapes_and_window_pixels():
     np.testing.assert_array_equal(out, full[9:49, 7:57])
     scaled = decode_jpeg(data, (8, 4, 100, 80), min_size=40, backend="cv2")
     assert scaled.shape == (40, 50, 3)  # scale 1/2: window (4, 2, 50, 40)
-    ref = cv2.resize(full, (65, 49), interpolation=cv2.INTER_AREA)[2:42, 4:54]
-    np.testing.assert_array_equal(scaled, ref)
+    # OpenCV's reduced decode is libjpeg-turbo's DCT scaling, as the fast path's
+    ref = imdecode(data, cv2.IMREAD_REDUCED_COLOR_2)
+    assert ref.shape == (49, 65, 3)
+    np.testing.assert_array_equal(scaled, ref[2:42, 4:54])
     np.testing.assert_array_equal(decode_jpeg(data, color="gray", backend="cv2"),
                                   imdecode(data, cv2.IMREAD_GRAYSCALE))
+
+
+@needs_turbo
+@pytest.mark.parametrize("d", [1, 2, 4, 8])
+@pytest.mark.parametrize("color", ["bgr", "rgb", "gray"])
+@pytest.mark.parametrize("kind", [{"sampling": "420"}, {"sampling": "444", "progressive": True},
+                                  {"sampling": "422", "gray": True}])
+def test_fallback_gives_the_fast_paths_pixels_at_every_scale(d, color, kind):
+    data = make_jpeg(301, 457, seed=d, **kind)
+    for crop in (None, (10, 21, 100, 90), (400, 290, 57, 11)):
+        fast = decode_jpeg(data, crop, scale=d, color=color, backend="turbo")
+        slow = decode_jpeg(data, crop, scale=d, color=color, backend="cv2")
+        assert slow.shape == fast.shape and slow.flags["C_CONTIGUOUS"]
+        np.testing.assert_array_equal(slow, fast)
+
+
+def test_environment_variable_turns_the_extension_off_and_the_note_says_how_to_get_it():
+    code = ("import logging, sys; logging.basicConfig(stream=sys.stdout); "
+            "from dataflow import jpeg; print(jpeg.fast_path_status()); "
+            "print(jpeg.fast_path_note()); data = sys.stdin.buffer.read(); "
+            "jpeg.decode_jpeg(data); jpeg.decode_jpeg(data); print(jpeg.fast_path_note())")
+    env = dict(os.environ, DATAFLOW_NO_JPEG_EXT="1")
+    out = subprocess.run([sys.executable, "-c", code], input=make_jpeg(20, 30), env=env,
+                         capture_output=True, check=True, timeout=120).stdout.decode()
+    lines = out.splitlines()
+    reason = "the C extension dataflow.jpeg._jpeg is disabled by DATAFLOW_NO_JPEG_EXT=1"
+    assert lines[0] == reason
+    assert lines[1] == "None"  # nothing decoded yet
+    assert lines[2].startswith("WARNING:dataflow.jpeg:dataflow.jpeg: the region-decoding fast "
+                               f"path is off ({reason}); decoding whole images with cv2.imdecode")
+    assert lines[2].endswith(f"To get it, {jpeg.HOW_TO_GET}.")
+    assert lines[3] == (f"JPEG fast path off ({reason}): decoding with OpenCV's DCT-scaled "
+                        f"cv2.imdecode instead; to get it, {jpeg.HOW_TO_GET}.")
+    assert len(lines) == 4  # the warning once
 
 
 def test_auto_falls_back_without_the_extension_and_logs_once(monkeypatch, caplog):
@@ -219,10 +257,12 @@ def test_auto_falls_back_without_the_extension_and_logs_once(monkeypatch, caplog
         decode_jpeg(data, backend="turbo")
 
 
-def _with_orientation(data: bytes, value: int) -> bytes:
-    """Insert an APP1 Exif segment whose first IFD holds only the orientation tag."""
-    tiff = b"MM\x00\x2a" + struct.pack(">I", 8) + struct.pack(">H", 1)
-    tiff += struct.pack(">HHIHH", 0x0112, 3, 1, value, 0) + struct.pack(">I", 0)
+def _with_orientation(data: bytes, value: int, order: str = ">") -> bytes:
+    """Insert an APP1 Exif segment whose first IFD holds only the orientation tag (big-endian
+    TIFF, or little-endian with ``order="<"``)."""
+    tiff = (b"MM\x00\x2a" if order == ">" else b"II\x2a\x00") + struct.pack(order + "I", 8)
+    tiff += struct.pack(order + "H", 1)
+    tiff += struct.pack(order + "HHIHH", 0x0112, 3, 1, value, 0) + struct.pack(order + "I", 0)
     payload = b"Exif\x00\x00" + tiff
     return data[:2] + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + data[2:]
 
@@ -233,9 +273,16 @@ def test_exif_orientation_is_read_and_decode_image_applies_it_like_cv2():
     assert stored.shape == (30, 50, 3)  # the stored grid
     np.testing.assert_array_equal(
         stored, imdecode(data, cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION))
-    if TURBO:
-        assert jpeg.jpeg_orientation(data) == 6
-        assert jpeg.jpeg_orientation(make_jpeg(8, 8)) == 1
+    assert jpeg.jpeg_orientation(data) == 6
+    assert jpeg.jpeg_orientation(make_jpeg(8, 8)) == 1
+    for value in range(1, 9):  # the header parsed in Python (the fallback's) reads it too
+        assert jpeg._header(_with_orientation(make_jpeg(8, 8), value), False) == (8, 8, 3, 0,
+                                                                                 value)
+        little = _with_orientation(make_jpeg(8, 8), value, "<")
+        assert jpeg._header(little, False)[4] == value
+        if TURBO:
+            assert jpeg._header(little, True)[4] == value
+    assert jpeg._header(_with_orientation(make_jpeg(8, 8), 9), False)[4] == 1  # out of range
     rotated = decode_image(data)
     assert rotated.shape == (50, 30, 3)
     np.testing.assert_array_equal(rotated, imdecode(data))

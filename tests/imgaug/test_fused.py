@@ -223,6 +223,71 @@ def test_without_the_extension_the_fused_path_decodes_whole_images(monkeypatch):
     assert next(iter(flow))[0].shape == (40, 40, 3)
 
 
+@settings(max_examples=60, deadline=None)
+@given(h=st.integers(40, 260), w=st.integers(40, 260), seed=st.integers(0, 5),
+       chain=st.sampled_from(sorted(CHAINS)), color=st.sampled_from(["bgr", "rgb", "gray"]))
+def test_without_the_extension_scale_one_gives_the_same_pixels_and_draws(h, w, seed, chain,
+                                                                         color):
+    # backend="cv2": the plan runs on OpenCV (header parsed in Python); at scale 1 the same
+    # pixels as decoding first, then augmenting, and the same random draws
+    t = min(h, w) // 2 + 8
+    data = make_jpeg(h, w, seed=seed, sampling="420" if seed % 2 else "422")
+    if "lighting" in chain and color == "gray":
+        return
+    ref_augs, augs = twins(lambda: CHAINS[chain](t))
+    flag = cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR
+    for _ in range(3):
+        src = imdecode(data, flag)
+        src = src[:, :, ::-1] if color == "rgb" else src
+        ref = ref_augs.augment(src)
+        out = augs.augment_jpeg(data, color=color, scale=False, backend="cv2")
+        assert out.shape == ref.shape and out.dtype == np.uint8
+        np.testing.assert_array_equal(out, ref)
+    assert same_streams(ref_augs, augs)
+
+
+@settings(max_examples=30, deadline=None)
+@given(h=st.integers(300, 700), w=st.integers(300, 700), seed=st.integers(0, 1000))
+def test_without_the_extension_dct_scaled_within_the_documented_bound(h, w, seed):
+    data = smooth_jpeg(h, w, seed)
+    build = lambda: [imgaug.GoogleNetRandomCropAndResize(target_shape=64),  # noqa: E731
+                     imgaug.Flip(horiz=True), imgaug.Brightness(20)]
+    ref_augs, augs = twins(build)
+    fast_augs = twins(build)[0]
+    for _ in range(3):
+        ref = ref_augs.augment(imdecode(data))
+        out = augs.augment_jpeg(data, backend="cv2")
+        diff = np.abs(ref.astype(int) - out)
+        assert diff.mean() < 1.0
+        assert np.mean(diff > 4) <= 0.001
+        if jpeg.fast_path_status() is None:  # OpenCV's bilinear warp: within 1 of the kernel
+            fast = fast_augs.augment_jpeg(data, backend="turbo")
+            assert np.abs(fast.astype(int) - out).max() <= 1
+    assert same_streams(ref_augs, augs)
+
+
+def test_without_the_extension_large_windows_are_decoded_at_a_dct_scale(monkeypatch):
+    scales = []
+    real = jpeg.cv2_decode_scaled
+
+    def spy(data, d, gray, h, w):
+        scales.append(d)
+        return real(data, d, gray, h, w)
+
+    monkeypatch.setattr(jpeg, "cv2_decode_scaled", spy)
+    data = smooth_jpeg(400, 600, 3)
+    # CenterCrop(360) of 400x600, resized to 90: 1/4; to 180: 1/2; to 200: 1 (less than 2x)
+    for size, d in ((90, 4), (180, 2), (200, 1)):
+        augs = imgaug.AugmentorList([imgaug.CenterCrop(360), imgaug.Resize(size),
+                                     imgaug.Flip(horiz=True, prob=1.0), imgaug.Gamma((0.3, 0.3))])
+        out = augs.augment_jpeg(data, backend="cv2")
+        assert out.shape == (size, size, 3) and scales[-1] == d
+        ref = augs.augment(imdecode(data))
+        diff = np.abs(ref.astype(int) - out)
+        assert (diff.max() == 0) if d == 1 else (diff.mean() < 1.0)
+    assert scales == [4, 2, 1]
+
+
 def test_samples_from_shape_is_declared_and_not_inherited_by_overrides():
     for cls in (imgaug.RandomCrop, imgaug.CenterCrop, imgaug.GoogleNetRandomCropAndResize,
                 imgaug.RandomCropRandomShape, imgaug.Resize, imgaug.ResizeShortestEdge,

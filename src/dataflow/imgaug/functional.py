@@ -266,11 +266,11 @@ def _add_offsets(img: np.ndarray, offsets: Sequence[int]) -> np.ndarray:
     up = [max(k, 0) for k in offsets]
     down = [max(-k, 0) for k in offsets]
     pad = [0] * (4 - len(offsets))
-    out = None
+    out: Any = src
     if any(up) or not any(down):
         out = _cv2_any.add(src, (*up, *pad))
     if any(down):
-        out = _cv2_any.subtract(src if out is None else out, (*down, *pad))
+        out = _cv2_any.subtract(out, (*down, *pad))
     return out if out.ndim == img.ndim else out.reshape(img.shape)
 
 

@@ -35,9 +35,14 @@ Tolerance against ``cv2.imdecode`` followed by the same augmentors (docs/jpeg.md
   images: mean 4 levels); on images without such detail the tested bound holds: mean difference
   < 1.0 and 99.9% of pixels within 4 levels.
 
+Without the C extension the same plan runs on OpenCV: the header is parsed in Python, the
+whole image is decoded by ``cv2.imdecode`` at the plan's DCT scale (``IMREAD_REDUCED_*``, the
+same scaled pixels as the fast path's), then cropped, resized, flipped and looked up
+(:meth:`_Plan.run_cv2`): at scale 1 the same pixels as the fast path, at 1/d within a level.
+
 Images this path does not handle are decoded whole with OpenCV's semantics and augmented as
-usual: data that is not JPEG, CMYK JPEGs, JPEGs with an EXIF orientation other than 1
-(``cv2.imdecode`` rotates them), and every JPEG when the fast path is not built.
+usual: data that is not JPEG, CMYK JPEGs and JPEGs with an EXIF orientation other than 1
+(``cv2.imdecode`` rotates them).
 """
 
 from __future__ import annotations
@@ -221,6 +226,59 @@ class _Plan:
                 return i
         return len(tfms)
 
+    def run_cv2(self, data: Any, color: str, scale: bool, strict: bool, h: int, w: int
+                ) -> np.ndarray:
+        """The plan without the C extension: OpenCV decodes the whole image, at the DCT scale
+        1/d the fast path would use (``IMREAD_REDUCED_*``: the same pixels as the fast path's
+        scaled decode), then crops, resizes, flips and applies the tables to the output.
+
+        At scale 1 this is the decode-then-augment path's own calls (``cv2.resize`` on the
+        window: the same pixels as the fast path and as augmenting after a full decode); at 1/d
+        the resize from the scaled window is ``cv2.warpAffine`` with the fast path's geometry
+        (OpenCV's bilinear warp has 5-bit sub-pixel weights where the kernel's have 11: within
+        a level of the fast path's pixels, inside the DCT-scaled tolerance of docs/jpeg.md)."""
+        if strict:
+            _jpeg.check_complete(data)
+        win = tuple(self.window)
+        d = 1
+        if self.resize is not None and self.resize[2] == cv2.INTER_LINEAR and scale:
+            d = _jpeg.dct_scale((win[3], win[2]), self.resize[:2])
+        img = _jpeg.cv2_decode_scaled(data, d, color == "gray", h, w)
+        x, y, ww, hh = win
+        if self.resize is None:
+            img = img[y : y + hh, x : x + ww]
+        elif d == 1:  # the same cv2.resize call as the decode-then-augment path, on the window
+            nh, nw, interp = self.resize
+            img = fn.resize(img[y : y + hh, x : x + ww], nh, nw, interp)
+            post = tuple(self.post)  # type: ignore[arg-type]
+            if post != (0, 0, nw, nh):
+                img = img[post[1] : post[1] + post[3], post[0] : post[0] + post[2]]
+        else:
+            nh, nw, _ = self.resize
+            post = tuple(self.post)  # type: ignore[arg-type]
+            (px, py, pw, ph), ax, ay, _ = _kernel_plan(win, (nh, nw), post, d)
+            # output pixel u reads (u + plo + 0.5) * scale - 0.5 + shift of the frame, whose
+            # pixels the part holds from `start` on; the part touches the frame's edges where
+            # the resize clamps, so BORDER_REPLICATE clamps where the kernel does
+            mat = np.array([[ax[0], 0.0, (ax[2] + 0.5) * ax[0] - 0.5 + ax[1] - ax[4]],
+                            [0.0, ay[0], (ay[2] + 0.5) * ay[0] - 0.5 + ay[1] - ay[4]]])
+            img = cv2.warpAffine(img[py : py + ph, px : px + pw], mat, (post[2], post[3]),
+                                 flags=cv2.INTER_LINEAR | cv2.WARP_INVERSE_MAP,
+                                 borderMode=cv2.BORDER_REPLICATE)
+        if self.fh or self.fv:
+            img = cv2.flip(img, -1 if self.fh and self.fv else 1 if self.fh else 0)
+        if color == "rgb":
+            img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+        elif not img.flags.c_contiguous:
+            img = np.ascontiguousarray(img)
+        if self.lut is None:
+            return img
+        add = self.lut if isinstance(self.lut, tuple) else _offsets(self.lut)
+        if add is not None:
+            return fn._add_offsets(img, add)
+        table = self.lut.reshape(1, 256, self.channels)
+        return cv2.LUT(img, table[0, :, 0] if self.channels == 1 else table)
+
     def run(self, data: Any, color: str, scale: bool, strict: bool) -> np.ndarray:
         win = tuple(self.window)
         if self.resize is None:
@@ -364,18 +422,22 @@ def augment_jpeg(
     if color not in _jpeg._COLORS:
         raise ValueError(f"`color` must be one of {sorted(_jpeg._COLORS)}, got {color!r}.")
     augmentors = augs.augmentors
-    turbo = _is_jpeg(data) and _jpeg._turbo(backend)
+    is_jpeg = _is_jpeg(data)
+    turbo = is_jpeg and _jpeg._turbo(backend)
     tfms: list[BaseTransform] = []
     n = 0
-    if turbo:
-        h, w, _, space, orientation = _jpeg._header(data, True)
+    if is_jpeg:  # (without the extension: the header parsed in Python, the plan run by cv2)
+        h, w, _, space, orientation = _jpeg._header(data, turbo)
         if orientation == 1 and space not in _jpeg._CMYK:
             shape = (h, w) if color == "gray" else (h, w, 3)
             tfms, pointwise, n = _sample_prefix(augmentors, shape)
     if n:
         plan = _Plan(h, w, 1 if color == "gray" else 3)
         k = plan.push(tfms, pointwise)
-        img = plan.run(data, color, scale, strict)
+        if turbo:
+            img = plan.run(data, color, scale, strict)
+        else:
+            img = plan.run_cv2(data, color, scale, strict, h, w)
         for t in tfms[k:]:
             img = t.apply_image(img)
     else:

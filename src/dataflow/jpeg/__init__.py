@@ -27,6 +27,7 @@ The stored pixel grid is decoded: unlike ``cv2.imdecode``, the EXIF orientation 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,8 +37,10 @@ from dataflow.errors import ImageDecodeError
 
 __all__ = [
     "check_complete",
+    "cv2_decode_scaled",
     "dct_scale",
     "decode_jpeg",
+    "fast_path_note",
     "fast_path_status",
     "jpeg_orientation",
     "jpeg_shape",
@@ -46,13 +49,30 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-try:
-    from dataflow.jpeg import _jpeg  # type: ignore[attr-defined]  # (the C extension)
-except ImportError as e:  # not built (no compiler or headers at install time) or not loadable
+#: set to 1 to run without the C extension even where it is built (benchmarks and tests of the
+#: fallback, or to rule the extension out when looking for a bug)
+DISABLE_ENV = "DATAFLOW_NO_JPEG_EXT"
+
+_jpeg: Any  # the C extension's module, or None
+_OFF_REASON: str | None
+if os.environ.get(DISABLE_ENV) == "1":
     _jpeg = None
-    _OFF_REASON: str | None = f"the C extension dataflow.jpeg._jpeg is not available ({e})"
+    _OFF_REASON = f"the C extension dataflow.jpeg._jpeg is disabled by {DISABLE_ENV}=1"
 else:
-    _OFF_REASON = None
+    try:
+        from dataflow.jpeg import _jpeg  # (the C extension)
+    except ImportError as e:  # not built (no compiler or headers at install time) or not loadable
+        _jpeg = None
+        _OFF_REASON = f"the C extension dataflow.jpeg._jpeg is not available ({e})"
+    else:
+        _OFF_REASON = None
+
+#: how to get the fast path, for the log line and the profiler's note
+HOW_TO_GET = (
+    "install the binary wheel of dataflow-reloaded (pip install --only-binary dataflow-reloaded "
+    "dataflow-reloaded; it bundles libjpeg-turbo), or install a C compiler and libjpeg-turbo's "
+    "headers (e.g. apt-get install gcc libjpeg62-turbo-dev) and reinstall from source"
+)
 
 _COLORS = {"bgr": 0, "rgb": 1, "gray": 2}
 _BACKENDS = ("auto", "turbo", "cv2")
@@ -66,6 +86,15 @@ def fast_path_status() -> str | None:
     return _OFF_REASON
 
 
+def fast_path_note() -> str | None:
+    """One line for a report (the profiler's): that the fast path is off, why, and how to get
+    it; ``None`` while the fast path is on or no decode has needed it in this process."""
+    if _OFF_REASON is None or not _logged_off:
+        return None
+    return (f"JPEG fast path off ({_OFF_REASON}): decoding with OpenCV's DCT-scaled "
+            f"cv2.imdecode instead; to get it, {HOW_TO_GET}.")
+
+
 def _turbo(backend: str) -> bool:
     """Whether to use the C extension for ``backend`` (logs once when "auto" falls back)."""
     global _logged_off
@@ -76,9 +105,9 @@ def _turbo(backend: str) -> bool:
             _logged_off = True
             logger.warning(
                 "dataflow.jpeg: the region-decoding fast path is off (%s); decoding whole images "
-                "with cv2.imdecode. Install a C compiler and libjpeg-turbo's headers (e.g. "
-                "apt-get install libjpeg62-turbo-dev) and reinstall dataflow to build it.",
-                _OFF_REASON,
+                "with cv2.imdecode (at 1/2, 1/4 or 1/8 scale where a window allows). To get "
+                "it, %s.",
+                _OFF_REASON, HOW_TO_GET,
             )
         return False
     if backend == "cv2":
@@ -113,15 +142,16 @@ def _header(data: Any, turbo: bool) -> tuple[int, int, int, int, int]:
         except _jpeg.DecodeError as e:
             raise _error(data, e) from None
         return h, w, c, space, orientation
-    h, w, c = _parse_sof(data)
-    return h, w, c, 0, 1
+    h, w, c, orientation = _parse_sof(data)
+    return h, w, c, _CMYK[0] if c == 4 else 0, orientation
 
 
 _SOF = frozenset(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}  # start-of-frame markers
 
 
-def _parse_sof(data: Any) -> tuple[int, int, int]:
-    """Height, width and components from the start-of-frame segment, in pure Python."""
+def _parse_sof(data: Any) -> tuple[int, int, int, int]:
+    """Height, width and components from the start-of-frame segment, and the EXIF orientation
+    of an APP1 segment before it (1 when absent), in pure Python."""
     b = memoryview(data).cast("B")
     n = len(b)
     if n < 4 or b[0] != 0xFF or b[1] != 0xD8:
@@ -130,6 +160,7 @@ def _parse_sof(data: Any) -> tuple[int, int, int]:
             f"start-of-image marker FF D8 (starts with {bytes(b[:4]).hex(' ')})."
         )
     i = 2
+    orientation = 1
     while i + 4 <= n:
         if b[i] != 0xFF:
             break
@@ -138,13 +169,42 @@ def _parse_sof(data: Any) -> tuple[int, int, int]:
             i += 1
             continue
         length = b[i + 2] << 8 | b[i + 3]
+        if marker == 0xE1 and orientation == 1:
+            orientation = _exif_orientation(bytes(b[i + 4 : i + 2 + length]))
         if marker in _SOF and i + 10 <= n:
-            return (b[i + 5] << 8 | b[i + 6], b[i + 7] << 8 | b[i + 8], b[i + 9])
+            return (b[i + 5] << 8 | b[i + 6], b[i + 7] << 8 | b[i + 8], b[i + 9], orientation)
         i += 2 + length
     raise ImageDecodeError(
         f"cannot decode the JPEG data ({n} bytes): no start-of-frame segment before byte {i}; "
         "the header is corrupt or truncated."
     )
+
+
+def _exif_orientation(app1: bytes) -> int:
+    """The orientation tag (0x0112) of IFD0 in an APP1 segment's payload; 1 when it is not an
+    EXIF segment, has no such tag or is malformed (libjpeg-turbo's reading, where the fast path
+    reads it, does the same)."""
+    if len(app1) < 14 or app1[:6] != b"Exif\0\0":
+        return 1
+    tiff = app1[6:]
+    order = {b"II": "little", b"MM": "big"}.get(tiff[:2])
+    if order is None:
+        return 1
+
+    def u(at: int, size: int) -> int:
+        return int.from_bytes(tiff[at : at + size], order)  # type: ignore[arg-type]
+
+    ifd = u(4, 4)
+    if ifd + 2 > len(tiff):
+        return 1
+    for k in range(u(ifd, 2)):
+        e = ifd + 2 + 12 * k
+        if e + 12 > len(tiff):
+            break
+        if u(e, 2) == 0x0112 and u(e + 2, 2) == 3:  # SHORT
+            v = u(e + 8, 2)
+            return v if 1 <= v <= 8 else 1
+    return 1
 
 
 def jpeg_shape(data: Any, *, backend: str = "auto") -> tuple[int, int, int]:
@@ -156,7 +216,7 @@ def jpeg_shape(data: Any, *, backend: str = "auto") -> tuple[int, int, int]:
 
 
 def jpeg_orientation(data: Any) -> int:
-    """The EXIF orientation tag (1 to 8; 1 when absent or when the fast path is off)."""
+    """The EXIF orientation tag (1 to 8; 1 when absent)."""
     return _header(data, _turbo("auto"))[4]
 
 
@@ -260,33 +320,63 @@ def decode_jpeg(
     return out
 
 
-def _cv2_window(
-    data: Any, win: tuple[int, int, int, int], d: int, color: str, strict: bool, h: int, w: int
-) -> np.ndarray:
-    """The fallback: decode everything with cv2, then scale (INTER_AREA) and crop."""
+def cv2_decode_scaled(data: Any, d: int, gray: bool, h: int, w: int) -> np.ndarray:
+    """The whole image at scale 1/``d``, BGR (or gray), by ``cv2.imdecode``: its
+    ``IMREAD_REDUCED_*`` modes are libjpeg-turbo's DCT scaling, the same pixels as the fast
+    path's at every scale (checked by the tests); the EXIF orientation is not applied. Where
+    the installed OpenCV returns another shape than ``ceil(h / d) x ceil(w / d)``, the full
+    decode is scaled with ``cv2.INTER_AREA`` instead."""
     from dataflow._optional import import_cv2
 
     cv2 = import_cv2("the JPEG decoder's OpenCV fallback")
-    if strict:
-        check_complete(data)
-    flag = cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), flag | cv2.IMREAD_IGNORE_ORIENTATION)
+    mode = _CV2_MODES[gray, d]
+    img = cv2.imdecode(np.frombuffer(data, np.uint8),
+                       getattr(cv2, mode) | cv2.IMREAD_IGNORE_ORIENTATION)
     if img is None:
         raise ImageDecodeError(
             f"cannot decode the JPEG data ({_bytes_len(data)} bytes): cv2.imdecode failed."
         )
-    if color == "rgb":
-        img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-    if d > 1:
-        img = cv2.resize(img, (-(-w // d), -(-h // d)), interpolation=cv2.INTER_AREA)
+    size = (-(-h // d), -(-w // d))
+    if img.shape[:2] != size:  # (an OpenCV that scales otherwise)
+        if d > 1:
+            img = cv2_decode_scaled(data, 1, gray, h, w)
+            img = cv2.resize(img, size[::-1], interpolation=cv2.INTER_AREA)
+        if img.shape[:2] != size:
+            raise ImageDecodeError(
+                f"cannot decode the JPEG data ({_bytes_len(data)} bytes): cv2.imdecode gave "
+                f"{img.shape[1]}x{img.shape[0]} pixels where the header says {w}x{h}."
+            )
+    return img
+
+
+_CV2_MODES = {
+    (False, 1): "IMREAD_COLOR", (True, 1): "IMREAD_GRAYSCALE",
+    **{(False, d): f"IMREAD_REDUCED_COLOR_{d}" for d in (2, 4, 8)},
+    **{(True, d): f"IMREAD_REDUCED_GRAYSCALE_{d}" for d in (2, 4, 8)},
+}
+
+
+def _cv2_window(
+    data: Any, win: tuple[int, int, int, int], d: int, color: str, strict: bool, h: int, w: int
+) -> np.ndarray:
+    """The fallback: decode the whole image at 1/d with cv2 (DCT scaling), then crop."""
+    if strict:
+        check_complete(data)
+    img = cv2_decode_scaled(data, d, color == "gray", h, w)
     x0, y0, ww, hh = win
-    return np.ascontiguousarray(img[y0 : y0 + hh, x0 : x0 + ww])
+    img = img[y0 : y0 + hh, x0 : x0 + ww]
+    if color == "rgb":
+        from dataflow._optional import import_cv2
+
+        cv2 = import_cv2("the JPEG decoder's OpenCV fallback")
+        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+    return np.ascontiguousarray(img)
 
 
 def check_complete(data: Any) -> None:
     """Raise ImageDecodeError unless an end-of-image marker follows the last start-of-scan
     marker (entropy-coded data cannot contain FF D9, so a truncated file has none)."""
-    b = bytes(memoryview(data).cast("B"))
+    b = data if isinstance(data, bytes) else bytes(memoryview(data).cast("B"))
     sos = b.rfind(b"\xff\xda")
     if sos < 0 or b.find(b"\xff\xd9", sos) < 0:
         raise ImageDecodeError(
