@@ -226,7 +226,8 @@ def test_fallback_gives_the_fast_paths_pixels_at_every_scale(d, color, kind):
 def test_environment_variable_turns_the_extension_off_and_the_note_says_how_to_get_it():
     code = ("import logging, sys; logging.basicConfig(stream=sys.stdout); "
             "from dataflow import jpeg; print(jpeg.fast_path_status()); "
-            "print(jpeg.fast_path_note()); data = sys.stdin.buffer.read(); "
+            "print(jpeg.fast_path_note()); print(jpeg.fast_path_note(only_if_used=False)); "
+            "data = sys.stdin.buffer.read(); "
             "jpeg.decode_jpeg(data); jpeg.decode_jpeg(data); print(jpeg.fast_path_note())")
     env = dict(os.environ, DATAFLOW_NO_JPEG_EXT="1")
     out = subprocess.run([sys.executable, "-c", code], input=make_jpeg(20, 30), env=env,
@@ -234,13 +235,15 @@ def test_environment_variable_turns_the_extension_off_and_the_note_says_how_to_g
     lines = out.splitlines()
     reason = "the C extension dataflow.jpeg._jpeg is disabled by DATAFLOW_NO_JPEG_EXT=1"
     assert lines[0] == reason
+    note = (f"JPEG fast path off ({reason}): decoding with OpenCV's DCT-scaled cv2.imdecode "
+            f"instead; to get it, {jpeg.HOW_TO_GET}.")
     assert lines[1] == "None"  # nothing decoded yet
-    assert lines[2].startswith("WARNING:dataflow.jpeg:dataflow.jpeg: the region-decoding fast "
+    assert lines[2] == note
+    assert lines[3].startswith("WARNING:dataflow.jpeg:dataflow.jpeg: the region-decoding fast "
                                f"path is off ({reason}); decoding whole images with cv2.imdecode")
-    assert lines[2].endswith(f"To get it, {jpeg.HOW_TO_GET}.")
-    assert lines[3] == (f"JPEG fast path off ({reason}): decoding with OpenCV's DCT-scaled "
-                        f"cv2.imdecode instead; to get it, {jpeg.HOW_TO_GET}.")
-    assert len(lines) == 4  # the warning once
+    assert lines[3].endswith(f"To get it, {jpeg.HOW_TO_GET}.")
+    assert lines[4] == note
+    assert len(lines) == 5  # the warning once
 
 
 def test_auto_falls_back_without_the_extension_and_logs_once(monkeypatch, caplog):

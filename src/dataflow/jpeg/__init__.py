@@ -86,10 +86,12 @@ def fast_path_status() -> str | None:
     return _OFF_REASON
 
 
-def fast_path_note() -> str | None:
+def fast_path_note(only_if_used: bool = True) -> str | None:
     """One line for a report (the profiler's): that the fast path is off, why, and how to get
-    it; ``None`` while the fast path is on or no decode has needed it in this process."""
-    if _OFF_REASON is None or not _logged_off:
+    it; ``None`` while the fast path is on, or (``only_if_used``) while no decode in this
+    process has needed it. A report on a pipeline that decodes in worker processes passes
+    ``only_if_used=False`` when a stage decodes JPEG (an image flow with ``decode="jpeg"``)."""
+    if _OFF_REASON is None or (only_if_used and not _logged_off):
         return None
     return (f"JPEG fast path off ({_OFF_REASON}): decoding with OpenCV's DCT-scaled "
             f"cv2.imdecode instead; to get it, {HOW_TO_GET}.")
