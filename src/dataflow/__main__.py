@@ -1,6 +1,8 @@
 """Command line: ``python -m dataflow <command>`` (also installed as ``dataflow``).
 
-Commands: ``demo``, ``profile module:function``, ``index-shards``, ``preview``; ``--version``
+Commands: ``demo``, ``profile module:function``, ``index-shards``, ``preview``,
+``serve module:function`` (a :class:`dataflow.service.DataService` until SIGTERM/SIGINT),
+``service status ADDRESS``; ``--version``
 prints the version. Exit status: 0 on success; 2 for a usage error, printed as one line on
 stderr (no command: the help is printed to stderr; a bad option; a ``profile`` target that
 cannot be loaded, raises while it builds the flow or does not return a DataFlow, named with the
@@ -11,6 +13,7 @@ well-built flow runs is not a usage error: it shows its traceback (status 1).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -131,6 +134,98 @@ def _profile_cmd(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_cmd(args: argparse.Namespace) -> int:
+    """Start the DataService that ``module:function`` returns (not started), print its
+    address, serve until SIGTERM or SIGINT, then close it."""
+    import signal
+    import threading
+
+    from dataflow.service import DataService
+
+    func = _load_target(args.target)
+    try:
+        service = func()
+    except Exception as e:
+        raise UsageError(f"calling {args.target!r} failed: {_one_line(e)}") from None
+    if not isinstance(service, DataService):
+        raise UsageError(f"{args.target!r} returned a {type(service).__name__}, not a "
+                         "DataService; return DataService(ds, map_func, ...) without starting "
+                         "it.")
+    if args.address is not None:
+        from dataflow.service import protocol
+
+        try:
+            service.host = protocol.host_of(args.address)
+        except ValueError as e:
+            raise UsageError(str(e).replace("`address`", "--address")) from None
+        service._requested = args.address
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        service.start()
+    except OSError as e:
+        raise UsageError(_one_line(e)) from None
+    print(f"serving {args.target} at {service.address}", flush=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    finally:
+        service.close()
+    with contextlib.suppress(OSError):  # (whoever started it may have stopped reading)
+        print("closed", flush=True)
+    return 0
+
+
+def _service_cmd(args: argparse.Namespace) -> int:
+    """``service status ADDRESS``: the service's live figures."""
+    import json
+
+    import zmq
+
+    from dataflow.service import protocol
+
+    try:
+        protocol.host_of(args.address)
+    except ValueError as e:
+        raise UsageError(str(e).replace("`address`", "ADDRESS")) from None
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    try:
+        sock.connect(args.address)
+        sock.send(protocol.encode({"op": "stats", "token": protocol.resolve_token(args.token)}))
+        if not sock.poll(int(args.timeout * 1000)):
+            raise UsageError(f"no DataService answered at {args.address} within "
+                             f"{args.timeout:g} s.")
+        msg = protocol.decode(sock.recv())
+    finally:
+        sock.close()
+        ctx.term()
+    if msg.get("op") == "refused":
+        raise UsageError(f"the DataService at {args.address} refused: {msg.get('error')}")
+    stats = msg.get("stats", {})
+    print(json.dumps(stats, indent=2) if args.json else _format_status(stats))
+    return 0
+
+
+def _format_status(s: dict[str, Any]) -> str:
+    lines = [f"DataService at {s.get('address')}: {s.get('datapoints')} datapoints, seed "
+             f"{s.get('seed')}, shuffle {s.get('shuffle')}, up {s.get('uptime', 0):.1f} s",
+             f"  bottleneck: {s.get('bottleneck') or 'no consumer yet'}; restarts "
+             f"{s.get('restarts')}; dropped messages {s.get('dropped')}; "
+             f"{s.get('bytes_out', 0) / 1e6:.1f} MB sent"]
+    for w in s.get("workers", []):
+        lines.append(f"  worker {w['worker']} (generation {w['generation']}): "
+                     f"{100 * w['busy']:.0f}% busy, {w['items_per_second']:.1f} items/s, "
+                     f"{w['items']} items, {w['bytes_out'] / 1e6:.1f} MB")
+    for c in s.get("consumers", []):
+        lines.append(f"  consumer job {c['job']!r} rank {c['rank']} of {c['world_size']}: "
+                     f"waits {100 * c['wait']:.0f}% of its time, {c['items_per_second']:.1f} "
+                     f"items/s, {c['received']} received")
+    return "\n".join(lines)
+
+
 def _preview_cmd(args: argparse.Namespace) -> int:
     from dataflow.imgaug.preview import preview_main
 
@@ -187,6 +282,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prev.add_argument("args", nargs=argparse.REMAINDER)
     prev.set_defaults(func=_preview_cmd)
+    serve = sub.add_parser(
+        "serve", help="serve the DataService that module:function returns, until SIGTERM/SIGINT",
+        description="Start the DataService that module:function returns (not started), print "
+                    "its address, and serve until SIGTERM or SIGINT; then close it.",
+    )
+    serve.add_argument("target", help="module:function returning a DataService, not started")
+    serve.add_argument("--address", help="where to listen instead of the service's own address "
+                                         "(e.g. tcp://127.0.0.1:5555)")
+    serve.set_defaults(func=_serve_cmd)
+    service = sub.add_parser("service", help="ask a running DataService: service status ADDRESS")
+    service.add_argument("action", choices=["status"], help="status: the live figures")
+    service.add_argument("address", help="the address the service printed (tcp://host:port)")
+    service.add_argument("--json", action="store_true", help="print JSON instead of text")
+    service.add_argument("--timeout", type=float, default=5.0, help="seconds to wait (default 5)")
+    service.add_argument("--token", default=None,
+                         help="the service's shared secret (default: DATAFLOW_SERVICE_TOKEN)")
+    service.set_defaults(func=_service_cmd)
     return parser
 
 

@@ -70,7 +70,7 @@ class ServiceData(EpochCounter, DataFlow):
         self._start = 0  # global positions consumed before this world size took over
         self._ctx: Any = None
         self._ctl: Any = None
-        self._socks: dict[tuple[int, int], Any] = {}
+        self._socks: dict[str, Any] = {}  # a worker's address -> a socket connected to it
         self._received = 0
         self._waited = 0.0
         self._bytes = 0
@@ -143,22 +143,23 @@ class ServiceData(EpochCounter, DataFlow):
                                "this consumer was reading.")
         return msg
 
-    def _worker_sockets(self, config: dict[str, Any]) -> list[tuple[int, int]]:
-        """Connect to the workers of ``config``; close sockets of workers no longer there.
-        Returns the keys ``(worker, generation)`` of the live ones."""
+    def _worker_sockets(self, config: dict[str, Any]) -> list[str]:
+        """Connect to the workers of ``config``; close sockets of workers no longer there
+        (a replaced worker, or every worker of a service that restarted, listens at another
+        address). Returns the live workers' addresses."""
         import zmq
 
-        live = {(int(w), int(g)): addr for w, g, addr in config["workers"]}
-        for key in list(self._socks):
-            if key not in live:
-                self._socks.pop(key).close(linger=0)
-        for key, addr in live.items():
-            if key not in self._socks:
+        live = [str(addr) for _w, _g, addr in config["workers"]]
+        for addr in list(self._socks):
+            if addr not in live:
+                self._socks.pop(addr).close(linger=0)
+        for addr in live:
+            if addr not in self._socks:
                 sock = self._ctx.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.connect(addr)
-                self._socks[key] = sock
-        return list(live)
+                self._socks[addr] = sock
+        return live
 
     def _cfg(self) -> dict[str, Any]:
         if self._config is None:
@@ -190,8 +191,8 @@ class ServiceData(EpochCounter, DataFlow):
         todo = [(int(p), int(i)) for p, i in zip(positions, indices)]
         nxt = 0  # next item to ask for
         ready: dict[int, Any] = {}  # position -> output, received ahead of its turn
-        where: dict[int, tuple[tuple[int, int], tuple[int, int]]] = {}  # pos -> worker, item
-        load: dict[tuple[int, int], int] = {}
+        where: dict[int, tuple[str, tuple[int, int]]] = {}  # position -> worker, item
+        load: dict[str, int] = {}
         resend: list[tuple[int, int]] = []
         live = self._worker_sockets(self._config or {})
         instance = (self._config or {}).get("instance")
@@ -275,7 +276,7 @@ class ServiceData(EpochCounter, DataFlow):
         self._end(token)
 
     def _take(self, frame: bytes, epoch: int, where: dict, ready: dict, load: dict,
-              key: tuple[int, int]) -> None:
+              key: str) -> None:
         try:
             msg = protocol.decode(frame)
         except ValueError:

@@ -1,0 +1,37 @@
+"""Pipelines the service tests serve, in this process or in `python -m dataflow serve`."""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import numpy as np
+
+import dataflow as df
+from dataflow.service import DataService
+
+#: datapoints of the served dataset (SVC_N overrides it)
+N = 200
+
+
+def tag(dp: list) -> list:
+    """A random map: its output depends on the input and on the draws keyed by its position."""
+    time.sleep(float(os.environ.get("SVC_SLEEP", "0")))
+    return [int(dp[0]), int(np.random.randint(1 << 30)), random.random()]
+
+
+def source(n: int = N) -> df.DataFromList:
+    return df.DataFromList([[i] for i in range(n)], shuffle=False)
+
+
+def make() -> DataService:
+    """What `python -m dataflow serve tests.service.pipelines:make` serves."""
+    return DataService(source(int(os.environ.get("SVC_N", N))), tag,
+                       num_workers=int(os.environ.get("SVC_WORKERS", "2")),
+                       seed=int(os.environ.get("SVC_SEED", "5")),
+                       shuffle=os.environ.get("SVC_SHUFFLE", "1") == "1")
+
+
+def not_a_service() -> list:
+    return [1, 2]
