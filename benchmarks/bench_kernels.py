@@ -1,6 +1,6 @@
 """The hot image kernels, each timed against its alternatives on the installed OpenCV and NumPy.
 
-    .venv/bin/python benchmarks/bench_kernels.py [--json] [--threads N] [--repeats 7]
+    .venv/bin/python benchmarks/bench_kernels.py [--json] [--threads N] [--repeats 9]
 
     # the oldest and the newest OpenCV / NumPy that pyproject.toml allows (git-ignored venvs):
     make kernel-venvs
@@ -38,19 +38,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 N = 64  # distinct images per pass
 
 
-def _best_us(fn: Callable[[Any], Any], inputs: list[Any], repeats: int) -> float:
-    best = float("inf")
-    t0 = time.perf_counter()
-    for x in inputs:  # warm up, and size a pass at about 0.1 s
-        fn(x)
-    passes = max(1, int(0.1 / max(time.perf_counter() - t0, 1e-9)))
-    for _ in range(repeats):
+def _best_us(alts: dict[str, Callable[[Any], Any]], inputs: list[Any], repeats: int
+             ) -> dict[str, float]:
+    """Microseconds per input of each alternative: the best of ``repeats`` passes, the
+    alternatives interleaved pass by pass, so that a burst of load elsewhere on the machine hits
+    them all alike instead of one."""
+    passes = {}
+    for name, fn in alts.items():
         t0 = time.perf_counter()
-        for _ in range(passes):
-            for x in inputs:
-                fn(x)
-        best = min(best, (time.perf_counter() - t0) / (passes * len(inputs)))
-    return best * 1e6
+        for x in inputs:  # warm up, and size a pass at about 0.05 s
+            fn(x)
+        passes[name] = max(1, int(0.05 / max(time.perf_counter() - t0, 1e-9)))
+    best = dict.fromkeys(alts, float("inf"))
+    for _ in range(repeats):
+        for name, fn in alts.items():
+            t0 = time.perf_counter()
+            for _ in range(passes[name]):
+                for x in inputs:
+                    fn(x)
+            elapsed = (time.perf_counter() - t0) / (passes[name] * len(inputs))
+            best[name] = min(best[name], elapsed * 1e6)
+    return best
 
 
 def _inputs() -> dict[str, list[Any]]:
@@ -206,7 +214,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--threads", type=int, default=None, help="cv2.setNumThreads")
-    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--repeats", type=int, default=9)
     args = parser.parse_args()
     if args.threads is not None:
         cv2.setNumThreads(args.threads)
@@ -215,14 +223,13 @@ def main() -> None:
     for kernel, inp, alts, ours in _kernels():
         xs = inputs[inp]
         ref = None
-        times = {}
         for name, f in alts.items():
             res = f(xs[0])
             if ref is None:
                 ref = res
             elif "imdecode" not in name and "fallback" not in name and not _same(res, ref):
                 raise AssertionError(f"{kernel}: {name} differs from {next(iter(alts))}")
-            times[name] = _best_us(f, xs, args.repeats)
+        times = _best_us(alts, xs, args.repeats)
         fastest = min((n for n in times if n != ours), key=times.__getitem__)
         rows.append({"kernel": kernel, "input": inp, "us": times, "fastest": fastest,
                      "ours": ours, "ours_over_fastest": times[ours] / times[fastest]
