@@ -333,6 +333,48 @@ def test_no_window_closes_while_the_stage_measures_its_back_end(monkeypatch) -> 
     assert ctl.window == 1 and ctl.workers == 8  # (the first window: not measured)
 
 
+def test_the_queued_chunks_are_split_once_the_work_is_known_to_wait() -> None:
+    """What the threads have not taken yet is split into chunks of the new size, in order,
+    each input once; a retire token keeps its place."""
+    from dataflow.parallel.thread import _RETIRE, _ThreadMapTransport
+
+    transport = _ThreadMapTransport(flows.waits, 0, "t", (0, ()))  # (no thread takes any)
+    try:
+        transport.submit([(0, 0, [0]), (1, 1, [1]), (2, 2, [2])])
+        transport._in.put(_RETIRE)
+        transport.submit([(3, 3, [3]), (4, 4, [4])])
+        transport.rechunk(2)
+        got = []
+        while not transport._in.empty():
+            got.append(transport._in.get_nowait())
+        assert got == [[(0, 0, [0]), (1, 1, [1])], [(2, 2, [2])], _RETIRE,
+                       [(3, 3, [3]), (4, 4, [4])]]
+    finally:
+        transport.close()
+
+
+@pytest.mark.parametrize(("cores_used", "starting"), [(0.1, True), (1.8, False)])
+def test_the_quick_start_is_for_work_that_waits(cores_used, starting) -> None:
+    # ParallelMapData's probe measures chunks sized for the threads running (16 inputs for
+    # 8 threads behind 512); once it knows the work waits, the starting tuner's chunks hold
+    # one input (sized for the most threads); work that computes gets the usual tuning
+    m = autotune(ParallelMapData(flows.Range(4 * N), AUTOTUNE, flows.waits, strict=True,
+                                 buffer_size=512), cores=2)
+
+    def usual() -> int:  # (a quarter of a worker's share of the buffer and of the pass)
+        return min(16, 512 // (4 * m.num_workers), 4 * N // (4 * m.num_workers))
+
+    with m:
+        m.reset_state()
+        assert m._tuner is not None and m._tuner.starting and m._probing()
+        assert (m.num_workers, m._sched.chunk_size) == (8, usual())
+        m._chosen(choose_backend(2.0, cores_used, 2))
+        assert m._tuner.starting == starting and not m._probing()
+        assert m._sched.chunk_size == (1 if starting else usual())
+        assert m.num_workers == (8 if starting else 2)
+        assert sorted(dp[0] for dp in m) == list(range(4 * N))
+
+
 @pytest.mark.parametrize(("build", "name", "value"), [
     (lambda: ParallelMapData(flows.Range(3), num_workers=-3, map_func=flows.waits),
      "num_workers", "-3"),

@@ -259,6 +259,22 @@ class _ThreadMapTransport:
             if isinstance(chunk, list):
                 chunks.append(chunk)
 
+    def rechunk(self, size: int) -> None:
+        """Split the chunks no thread has taken yet into chunks of at most ``size`` inputs,
+        in their order (retire tokens keep their places): each input stays queued once."""
+        queued: list[Any] = []
+        while True:
+            try:
+                queued.append(self._in.get_nowait())
+            except queue.Empty:
+                break
+        for chunk in queued:
+            if not isinstance(chunk, list):
+                self._in.put(chunk)
+                continue
+            for k in range(0, len(chunk), size):
+                self._in.put(chunk[k:k + size])
+
     def _check_open(self) -> None:
         if self.group.stop.is_set():
             raise DataFlowTerminated(f"{self.group.name} was closed while being iterated")
@@ -457,10 +473,20 @@ class MultiThreadMapData(MapperBase):
             self._request_move()
         elif self.autotuned:
             n = thread_start(choice.computes, self.num_workers, cores)
+            if self._tuner is not None and choice.computes:
+                # (the tuner's quick start climbs work that waits: noisy windows of threads
+                # that take turns on the GIL, or share few cores, would seem to pay)
+                self._tuner.controller.end_start()
             if n != self.num_workers and self._tuner is not None:
                 self._tuner.set_workers(n, choice.reason)
                 n = self._tuner.controller.workers
             self.resize(n)  # (the same count too: chunks sized for the tuner's start)
+            transport = self._transport
+            if self._tuner is not None and self._tuner.starting and transport is not None:
+                # the chunks queued while the probe measured (sized for the threads then)
+                # are split too: the threads a climb adds find work, and results come as
+                # they are mapped, not in bursts that short windows would misread
+                transport.rechunk(self._sched.chunk_size if self._sched is not None else 1)
 
     def autotune_state(self) -> dict[str, Any] | None:
         state = super().autotune_state()

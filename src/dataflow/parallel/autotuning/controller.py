@@ -37,10 +37,12 @@ The rules:
   it is): a worker-bound window climbs by the factor that would have kept the consumer from
   waiting, ``1 / (1 - wait)`` (at most ``climb``, 4x; at least the usual step): a consumer
   that waited 99 % of the window at 8 workers gets 32, then 128. The start ends at the first
-  window that is not such a climb, paying: a climb that did not pay (a ceiling: back, and
-  the usual steps below it), a consumer-bound window (the usual give-backs), or the maximum
-  reached (the usual give-back probe from the maximum, if the climb to it did not pay in
-  full, waits for the first usual window, so that a short pass runs at the maximum);
+  window that is not such a climb paying in full (each added worker adding ``full`` of its
+  share): a climb that did not pay (a ceiling: back, and the usual steps below it) or paid
+  less (a knee between the counts: the usual steps find it), a consumer-bound window (the
+  usual give-backs), or the maximum reached (the usual give-back probe from the maximum,
+  if the climb to it did not pay in full, waits for the first usual window, so that a
+  short pass runs at the maximum);
 * **hysteresis**: a count found too small (a give-back that made the consumer wait) or too
   large (a climb that did not pay) is a bound that holds for ``hold`` windows; then the
   controller probes again, so it follows a workload that changes.
@@ -209,6 +211,8 @@ class Controller:
             self._floor = (before, self.window)  # the climb paid: fewer are too few
             if rate / before_rate - 1 >= self.full * (n / before - 1):
                 self._paid = (n, self.window)
+            else:
+                self._starting = False  # (a knee between them: the usual steps from here)
         back, self._giveback = self._giveback, None
         if back is not None:  # a give-back from back[0]: did it cost throughput?
             before, before_rate = back
@@ -241,7 +245,7 @@ class Controller:
             if (up > n and up - n >= self.gain * n
                     and (self._ceiling is None or up < self._ceiling[0])):
                 self._probe, self._chain = (n, rate), None
-                self._starting = starting  # (it goes on if this climb pays)
+                self._starting = starting  # (it goes on if this climb pays in full)
                 return self._change(up, f"worker-bound (consumer waited {m.wait:.0%}): "
                                     "trying more", rate)
             if was_starting:  # (the give-back probe from here waits for a usual window)

@@ -42,9 +42,10 @@ WINDOW = 0.5
 START_WINDOW = 0.05
 
 #: a thread stage's window that is not measured because it follows a change (threads start
-#: at once, only the queues refill) lasts this fraction of ``WINDOW``; a process stage's lasts
-#: ``WINDOW`` (a new process announces itself before it gets work), and so does the first
-#: window of any stage (it fills the buffer)
+#: at once, only the queues refill) lasts this fraction of ``WINDOW`` (of ``START_WINDOW``
+#: while its controller starts); a process stage's lasts ``WINDOW`` (a new process announces
+#: itself before it gets work), and so does the first window of any stage (it fills the
+#: buffer) but a starting thread stage's (see ``START_WINDOW``)
 THREAD_SETTLE = 0.5
 
 #: thread workers per core the controller may try (threads that wait on storage or release
