@@ -259,10 +259,12 @@ class _ThreadMapTransport:
             if isinstance(chunk, list):
                 chunks.append(chunk)
 
-    def rechunk(self, size: int) -> None:
+    def rechunk(self, size: int) -> int:
         """Split the chunks no thread has taken yet into chunks of at most ``size`` inputs,
-        in their order (retire tokens keep their places): each input stays queued once."""
+        in their order (retire tokens keep their places): each input stays queued once.
+        Returns how many inputs are queued."""
         queued: list[Any] = []
+        inputs = 0
         while True:
             try:
                 queued.append(self._in.get_nowait())
@@ -272,8 +274,10 @@ class _ThreadMapTransport:
             if not isinstance(chunk, list):
                 self._in.put(chunk)
                 continue
+            inputs += len(chunk)
             for k in range(0, len(chunk), size):
                 self._in.put(chunk[k:k + size])
+        return inputs
 
     def _check_open(self) -> None:
         if self.group.stop.is_set():
@@ -481,12 +485,15 @@ class MultiThreadMapData(MapperBase):
                 self._tuner.set_workers(n, choice.reason)
                 n = self._tuner.controller.workers
             self.resize(n)  # (the same count too: chunks sized for the tuner's start)
-            transport = self._transport
-            if self._tuner is not None and self._tuner.starting and transport is not None:
+            transport, sched = self._transport, self._sched
+            if (self._tuner is not None and self._tuner.starting and transport is not None
+                    and sched is not None):
                 # the chunks queued while the probe measured (sized for the threads then)
                 # are split too: the threads a climb adds find work, and results come as
-                # they are mapped, not in bursts that short windows would misread
-                transport.rechunk(self._sched.chunk_size if self._sched is not None else 1)
+                # they are mapped, not in bursts that short windows would misread; the
+                # tuner measures from when the chunks the threads hold are answered
+                queued = transport.rechunk(sched.chunk_size)
+                self._tuner.settle_until(sched.dispatched() - queued)
 
     def autotune_state(self) -> dict[str, Any] | None:
         state = super().autotune_state()

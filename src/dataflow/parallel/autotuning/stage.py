@@ -156,7 +156,16 @@ class StageTuner:
         self._changed = False  # the window in progress follows a change
         if controller.window > 0:  # (restored: it goes on from the tuned count)
             controller.end_start()
+        self._settle_to: int | None = None  # (see settle_until)
         share.claim(self, controller.workers, per_worker)
+
+    def settle_until(self, answered: int) -> None:
+        """The window in progress is not measured, and lasts until ``answered`` inputs were
+        answered in all (at most ``WINDOW``): the inputs in flight in chunks of another size
+        would come in bursts that a short window misreads."""
+        self.controller.skip_window()
+        self._settle_to = answered
+        self.pause()  # (the window starts now)
 
     @property
     def starting(self) -> bool:
@@ -169,6 +178,11 @@ class StageTuner:
         """Whether the window in progress, ``elapsed`` seconds old, is over."""
         if self._probing is not None and self._probing():
             return False
+        if self._settle_to is not None:
+            if count < self._settle_to and elapsed < WINDOW:
+                return False
+            self._settle_to = None
+            return True
         ctl = self.controller
         settle = self._changed and ctl.settling and self.per_worker < 1
         if not ctl.starting or self.per_worker >= 1:
