@@ -333,6 +333,33 @@ def test_no_window_closes_while_the_stage_measures_its_back_end(monkeypatch) -> 
     assert ctl.window == 1 and ctl.workers == 8  # (the first window: not measured)
 
 
+def test_a_settle_until_an_answered_count_is_not_measured(monkeypatch) -> None:
+    """``settle_until(n)``: the window in progress is not measured and lasts until ``n``
+    inputs were answered in all (at most ``WINDOW`` from the call)."""
+    from types import SimpleNamespace
+
+    from dataflow.parallel.autotuning.controller import Controller
+
+    clock, answered = [0.0], [0]
+    monkeypatch.setattr(_autotune, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    ctl = Controller(1, 32, 8)
+    tuner = _autotune.StageTuner("t", ctl, lambda n: None, lambda: answered[0], CpuShare(1),
+                                 1 / 32)
+
+    def at(t: float, more: int, waited: float = 0.0) -> int:
+        clock[0] = t
+        answered[0] += more
+        tuner.waited(waited)
+        return ctl.window
+
+    assert at(0.1, 10) == 1  # (the first window)
+    tuner.settle_until(138)  # 128 more inputs in flight in large chunks
+    assert at(0.2, 100, 0.1) == 1 and at(0.3, 27, 0.1) == 1  # 137: not yet
+    assert at(0.31, 1) == 2 and ctl.workers == 8  # 138: over, not measured
+    tuner.settle_until(10**6)
+    assert at(0.8, 1) == 2 and at(0.811, 0) == 3  # at most WINDOW
+
+
 def test_the_queued_chunks_are_split_once_the_work_is_known_to_wait() -> None:
     """What the threads have not taken yet is split into chunks of the new size, in order,
     each input once; a retire token keeps its place."""
