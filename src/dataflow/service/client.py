@@ -123,12 +123,12 @@ class ServiceData(EpochCounter, DataFlow):
                     "printed?" if first else
                     f"ServiceData: the DataService at {self.address} stopped answering for "
                     f"{timeout:g} s.")
-            if self._ctl.poll(min(left, 0.5) * 1000):
+            if self._ctl.poll(int(min(left, 0.5) * 1000)):
                 msg = self._receive_ctl()
                 if msg is not None and msg["op"] == "config":
                     return msg
-            elif first:  # (a DEALER queues its message until the service is up)
-                continue
+            elif first:  # (asked again: a service that restarted lost what it had queued)
+                self._send_ctl({"op": "hello"})
 
     def _receive_ctl(self) -> dict[str, Any] | None:
         try:
@@ -197,7 +197,7 @@ class ServiceData(EpochCounter, DataFlow):
         live = self._worker_sockets(self._config or {})
         instance = (self._config or {}).get("instance")
         last_beat = last_answer = time.monotonic()
-        poller = zmq.Poller()
+        poller, polled = zmq.Poller(), None  # (built at the first wait, with the sockets)
 
         def ask(items: list[tuple[int, int]]) -> None:
             for k in range(0, len(items), CHUNK):
@@ -222,10 +222,12 @@ class ServiceData(EpochCounter, DataFlow):
                 if room > 0 and nxt < len(todo) and live:
                     ask(todo[nxt:nxt + room])
                     nxt = min(len(todo), nxt + room)
-                poller = zmq.Poller()
-                for sock in self._socks.values():
-                    poller.register(sock, zmq.POLLIN)
-                poller.register(self._ctl, zmq.POLLIN)
+                if polled is None or polled != (socks := tuple(self._socks.values())):
+                    socks = tuple(self._socks.values())
+                    poller, polled = zmq.Poller(), socks
+                    for sock in socks:
+                        poller.register(sock, zmq.POLLIN)
+                    poller.register(self._ctl, zmq.POLLIN)
                 t0 = time.monotonic()
                 events = dict(poller.poll(int(HEARTBEAT * 1000)))
                 self._waited += time.monotonic() - t0
@@ -235,10 +237,10 @@ class ServiceData(EpochCounter, DataFlow):
                         continue
                     while True:
                         try:
-                            frame = sock.recv(zmq.NOBLOCK)
+                            frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
                         except zmq.Again:
                             break
-                        self._take(frame, epoch, where, ready, load, key)
+                        self._take(frames, epoch, where, ready, load, key)
                         last_answer = now
                 if self._ctl in events:
                     while self._ctl.poll(0):
@@ -275,10 +277,10 @@ class ServiceData(EpochCounter, DataFlow):
             yield out
         self._end(token)
 
-    def _take(self, frame: bytes, epoch: int, where: dict, ready: dict, load: dict,
+    def _take(self, frames: list[Any], epoch: int, where: dict, ready: dict, load: dict,
               key: str) -> None:
         try:
-            msg = protocol.decode(frame)
+            msg = protocol.decode_frames(frames)
         except ValueError:
             return
         if msg.get("e") != epoch or msg.get("p") not in where:
@@ -290,7 +292,7 @@ class ServiceData(EpochCounter, DataFlow):
             raise WorkerError(str(msg.get("type")), str(msg.get("message")),
                               str(msg.get("traceback", "")), msg.get("worker"), p,
                               "DataService")
-        self._bytes += len(frame)
+        self._bytes += sum(len(f) for f in frames)
         ready[p] = msg["r"]
 
     def _report(self, now: float) -> None:

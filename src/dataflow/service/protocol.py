@@ -35,10 +35,65 @@ __all__ = ["TOKEN_ENV", "decode", "encode", "host_of", "is_loopback", "new_insta
 
 #: the environment variable that holds the shared secret when ``token=`` is not given
 TOKEN_ENV = "DATAFLOW_SERVICE_TOKEN"
+#: arrays of at least this many bytes travel as frames of their own (no copy when sent)
+ARRAY_FRAME_BYTES = 4096
 
 
 def encode(msg: dict[str, Any]) -> bytes:
     return dumps_msgpack(msg)
+
+
+def encode_frames(msg: dict[str, Any]) -> list[Any]:
+    """``msg`` as frames: a msgpack header in which each numeric NumPy array of a few KB or
+    more is a placeholder ``{"__a": k, "dtype", "shape"}``, then those arrays' memory, one
+    frame each, sent without a copy (the worker's outputs: images)."""
+    import numpy as np
+
+    buffers: list[Any] = []
+
+    def strip(obj: Any) -> Any:
+        if isinstance(obj, np.ndarray) and obj.nbytes >= ARRAY_FRAME_BYTES \
+                and obj.dtype.kind in "biuf" and not obj.dtype.hasobject:
+            arr = np.ascontiguousarray(obj)
+            buffers.append(arr.data.cast("B"))
+            return {"__a": len(buffers) - 1, "dtype": arr.dtype.str, "shape": list(arr.shape)}
+        if isinstance(obj, list | tuple):
+            return [strip(x) for x in obj]
+        if isinstance(obj, dict):
+            return {k: strip(v) for k, v in obj.items()}
+        return obj
+
+    return [dumps_msgpack(strip(msg)), *buffers]
+
+
+def decode_frames(frames: list[Any]) -> dict[str, Any]:
+    """Inverse of :func:`encode_frames` (arrays are writable copies of their frames); a
+    ``ValueError`` for anything that is not such a message."""
+    import numpy as np
+
+    msg = decode(frames[0])
+
+    def fill(obj: Any) -> Any:
+        if isinstance(obj, dict):
+            k = obj.get("__a")
+            if isinstance(k, int) and not isinstance(k, bool):
+                if not 0 <= k < len(frames) - 1:
+                    raise ValueError("an array placeholder without its frame")
+                dtype = np.dtype(obj["dtype"])
+                if dtype.kind not in "biuf":
+                    raise ValueError("refusing an array of a non-numeric dtype")
+                data = bytearray(frames[k + 1].buffer if hasattr(frames[k + 1], "buffer")
+                                 else frames[k + 1])
+                return np.frombuffer(data, dtype).reshape(obj["shape"])
+            return {key: fill(v) for key, v in obj.items()}
+        if isinstance(obj, list):
+            return [fill(x) for x in obj]
+        return obj
+
+    try:
+        return fill(msg)
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"malformed array placeholder ({e})") from None
 
 
 def decode(frame: Any) -> dict[str, Any]:

@@ -112,6 +112,7 @@ class DataService:
         self._consumers: dict[bytes, dict[str, Any]] = {}
         self._restarts = 0
         self._dropped = 0
+        self._dispatch_cpu = 0.0
         self._started_at = 0.0
         self._closed = False
         self._n = 0
@@ -231,6 +232,7 @@ class DataService:
                         if reply is not None:
                             sock.send_multipart([ident, protocol.encode(reply)])
                 self._monitor()
+                self._dispatch_cpu = time.thread_time()  # (this thread's CPU seconds)
             closed = protocol.encode({"op": "closed", "service": self.address})
             for ident in list(self._consumers):
                 with contextlib.suppress(zmq.ZMQError):
@@ -328,4 +330,5 @@ class DataService:
                 "num_workers": len(workers), "workers": workers, "consumers": consumers,
                 "restarts": self._restarts,
                 "dropped": self._dropped + sum(w["dropped"] for w in workers),
-                "bytes_out": sum(w["bytes_out"] for w in workers), "bottleneck": bottleneck}
+                "bytes_out": sum(w["bytes_out"] for w in workers), "bottleneck": bottleneck,
+                "dispatcher_cpu_seconds": round(self._dispatch_cpu, 4)}

@@ -95,14 +95,14 @@ def worker_main(worker_id: int, parent: tuple, source: Any, map_func: Any,
         try:
             out = {"op": "out", "e": epoch, "p": pos, "r": map_func(source.get(index))}
             try:
-                frame = protocol.encode(out)
+                frames = protocol.encode_frames(out)
             except TypeError as e:
                 raise TypeError(
                     f"the output of map_func for index {index} cannot be sent to consumers "
                     f"({e}); map_func must return lists, dicts, numbers, strings, bytes and "
                     f"NumPy arrays (got a {type(out['r']).__name__})") from None
         except Exception as e:  # the consumer raises it as a WorkerError
-            frame = protocol.encode({
+            frames = protocol.encode_frames({
                 "op": "err", "e": epoch, "p": pos, "type": type(e).__name__,
                 "message": str(e), "traceback": traceback.format_exc(), "worker": worker_id,
                 "index": index})
@@ -110,5 +110,5 @@ def worker_main(worker_id: int, parent: tuple, source: Any, map_func: Any,
             _rng.set_input_scope(None)
         counters[0] += time.perf_counter() - start
         counters[1] += 1
-        counters[2] += len(frame)
-        sock.send_multipart([ident, frame])
+        counters[2] += sum(memoryview(f).nbytes for f in frames)
+        sock.send_multipart([ident, *frames], copy=False)
