@@ -37,8 +37,9 @@ Tolerance against ``cv2.imdecode`` followed by the same augmentors (docs/jpeg.md
 
 Without the C extension the same plan runs on OpenCV: the header is parsed in Python, the
 whole image is decoded by ``cv2.imdecode`` at the plan's DCT scale (``IMREAD_REDUCED_*``, the
-same scaled pixels as the fast path's), then cropped, resized, flipped and looked up
-(:meth:`_Plan.run_cv2`): at scale 1 the same pixels as the fast path, at 1/d within a level.
+same scaled pixels as the fast path's), then cropped, resized and flipped, and the pointwise
+transforms after the resize run on the output with their own kernels (:meth:`_Plan.run_cv2`):
+at scale 1 the same pixels as the fast path, at 1/d within a level.
 
 Images this path does not handle are decoded whole with OpenCV's semantics and augmented as
 usual: data that is not JPEG, CMYK JPEGs and JPEGs with an EXIF orientation other than 1
@@ -171,15 +172,19 @@ class _Plan:
     """Window, resize, crops after it, flips and lookup tables, composed from the sampled
     transforms."""
 
-    __slots__ = ("channels", "fh", "fv", "lut", "post", "resize", "window")
+    __slots__ = ("channels", "deferred", "fh", "fv", "lut", "post", "resize", "tables", "window")
 
-    def __init__(self, h: int, w: int, channels: int) -> None:
+    def __init__(self, h: int, w: int, channels: int, tables: bool = True) -> None:
         self.window = [0, 0, w, h]  # x, y, w, h of the source, before any resize
         self.resize: tuple[int, int, int] | None = None  # new_h, new_w, interp
         self.post: list[int] | None = None  # x, y, w, h in the resized frame
         self.fh = self.fv = False
         self.lut: Any = None  # offsets (a tuple) or a (256, channels) table, for the output
         self.channels = channels
+        # without tables (the OpenCV path: no kernel to store through them), the pointwise
+        # transforms are applied to the output as they are, by their own kernels
+        self.tables = tables
+        self.deferred: list[BaseTransform] = []
 
     def push(self, tfms: list[BaseTransform], pointwise: dict[int, Any]) -> int:
         """Compose the transforms it can; returns how many were composed."""
@@ -192,6 +197,9 @@ class _Plan:
                 # bilinear resize that the kernel computes (which stores through the table)
                 if self.resize is None or self.resize[2] != cv2.INTER_LINEAR:
                     return i
+                if not self.tables:
+                    self.deferred.append(t)
+                    continue
                 table = _lookup_table(t, pointwise[i], self.channels)
                 if table is None:
                     return i
@@ -230,7 +238,8 @@ class _Plan:
                 ) -> np.ndarray:
         """The plan without the C extension: OpenCV decodes the whole image, at the DCT scale
         1/d the fast path would use (``IMREAD_REDUCED_*``: the same pixels as the fast path's
-        scaled decode), then crops, resizes, flips and applies the tables to the output.
+        scaled decode), then crops, resizes and flips, and applies the pointwise transforms
+        after the resize to the output with their own kernels.
 
         At scale 1 this is the decode-then-augment path's own calls (``cv2.resize`` on the
         window: the same pixels as the fast path and as augmenting after a full decode); at 1/d
@@ -269,15 +278,9 @@ class _Plan:
             img = cv2.flip(img, -1 if self.fh and self.fv else 1 if self.fh else 0)
         if color == "rgb":
             img = cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
-        elif not img.flags.c_contiguous:
-            img = np.ascontiguousarray(img)
-        if self.lut is None:
-            return img
-        add = self.lut if isinstance(self.lut, tuple) else _offsets(self.lut)
-        if add is not None:
-            return fn._add_offsets(img, add)
-        table = self.lut.reshape(1, 256, self.channels)
-        return cv2.LUT(img, table[0, :, 0] if self.channels == 1 else table)
+        for t in self.deferred:  # pointwise: they commute with the crops and flips
+            img = t.apply_image(img)
+        return img if img.flags.c_contiguous else np.ascontiguousarray(img)
 
     def run(self, data: Any, color: str, scale: bool, strict: bool) -> np.ndarray:
         win = tuple(self.window)
@@ -432,7 +435,7 @@ def augment_jpeg(
             shape = (h, w) if color == "gray" else (h, w, 3)
             tfms, pointwise, n = _sample_prefix(augmentors, shape)
     if n:
-        plan = _Plan(h, w, 1 if color == "gray" else 3)
+        plan = _Plan(h, w, 1 if color == "gray" else 3, tables=turbo)
         k = plan.push(tfms, pointwise)
         if turbo:
             img = plan.run(data, color, scale, strict)
