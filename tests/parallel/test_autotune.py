@@ -312,9 +312,10 @@ def test_a_starting_thread_stage_measures_short_windows_of_enough_answers(monkey
     assert ctl.workers == 32  # (waited 80 %: 4x as many)
 
 
-def test_no_window_closes_while_the_stage_measures_its_back_end(monkeypatch) -> None:
-    """While ``ParallelMapData`` measures whether its work holds the GIL, the window goes on
-    (no climb on work that may move to processes); once it chose, the window closes as due."""
+def test_no_climb_while_the_stage_measures_its_back_end(monkeypatch) -> None:
+    """While ``ParallelMapData`` measures whether its work holds the GIL, a worker-bound
+    window decides nothing (no climb on work that may move to processes); a consumer-bound
+    one gives workers back as usual; once it chose, a climb may follow."""
     from types import SimpleNamespace
 
     from dataflow.parallel.autotuning.controller import Controller
@@ -324,13 +325,20 @@ def test_no_window_closes_while_the_stage_measures_its_back_end(monkeypatch) -> 
     ctl = Controller(1, 32, 8)
     tuner = _autotune.StageTuner("t", ctl, lambda n: None, lambda: answered[0], CpuShare(1),
                                  1 / 32, probing=lambda: probing[0])
-    for t in (0.1, 0.6, 1.2):
-        clock[0], answered[0] = t, answered[0] + 50
-        tuner.waited(0.05)
-    assert ctl.window == 0
+
+    def at(t: float, more: int, waited: float) -> tuple[int, int]:
+        clock[0], answered[0] = t, answered[0] + more
+        tuner.waited(waited)
+        return ctl.window, ctl.workers
+
+    assert at(0.1, 50, 0.1) == (1, 8)  # (the first window: not measured)
+    assert at(0.2, 50, 0.1) == (1, 8) and at(0.3, 50, 0.1) == (1, 8)  # waited: nothing
     probing[0] = False
-    tuner.waited(0.0)
-    assert ctl.window == 1 and ctl.workers == 8  # (the first window: not measured)
+    assert at(0.4, 50, 0.1) == (2, 32)  # a climb, once it chose
+    ctl = Controller(1, 32, 8)  # behind a slow consumer (it never waits), still probing
+    tuner = _autotune.StageTuner("t", ctl, lambda n: None, lambda: answered[0], CpuShare(1),
+                                 1 / 32, probing=lambda: True)
+    assert at(0.5, 50, 0.0) == (1, 8) and at(0.6, 50, 0.0) == (2, 4)  # a give-back
 
 
 def test_a_settle_until_an_answered_count_is_not_measured(monkeypatch) -> None:

@@ -145,8 +145,10 @@ class StageTuner:
                  probing: Callable[[], bool] | None = None) -> None:
         self.name, self.controller, self._resize = name, controller, resize
         self._move = move  # moves the stage's work to processes (when the controller says)
-        # whether the stage still measures its work to choose its back end: the window goes
-        # on (no climb on work that may move to processes)
+        # whether the stage still measures its work to choose its back end: a worker-bound
+        # window then decides nothing (no climb on work that may move to processes); a
+        # consumer-bound one gives workers back as usual (behind a slow consumer, the probe
+        # may take seconds: it sees a chunk when the consumer takes its results)
         self._probing = probing
         self._answered, self.share, self.per_worker = answered, share, per_worker
         self._start = time.perf_counter()
@@ -176,8 +178,6 @@ class StageTuner:
 
     def _due(self, elapsed: float, count: int) -> bool:
         """Whether the window in progress, ``elapsed`` seconds old, is over."""
-        if self._probing is not None and self._probing():
-            return False
         if self._settle_to is not None:
             if count < self._settle_to and elapsed < WINDOW:
                 return False
@@ -208,6 +208,9 @@ class StageTuner:
         m = Measurement(ctl.workers, (count - self._count) / elapsed,
                         min(1.0, self._waited / elapsed))
         self._start, self._count, self._waited = now, count, 0.0
+        if (self._probing is not None and not ctl.settling and m.wait >= ctl.idle_wait
+                and self._probing()):
+            return  # (no climb before the stage knows whether its work moves to processes)
         ctl.maximum = self.share.maximum(self, self.per_worker)
         old, backend, starting = ctl.workers, ctl.backend, ctl.starting
         new = ctl.step(m)
