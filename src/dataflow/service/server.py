@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import multiprocessing
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -158,11 +159,18 @@ class DataService:
         counters = self._ctx.Array("d", 4, lock=False)
         proc = self._ctx.Process(
             target=worker_main, name=f"dataflow-service-worker-{wid}",
-            args=(wid, self._parent, self._source, self.map_func, self._inputs, self.host,
-                  self.token, send, counters), daemon=True)
+            args=(wid, self._parent, self._source, self.map_func, self._inputs,
+                  self._worker_host(), self.token, send, counters), daemon=True)
         proc.start()
         send.close()
         return _Worker(wid, generation, proc, recv, counters)
+
+    def _worker_host(self) -> str:
+        """Where workers listen: an abstract Unix socket for a loopback service on Linux
+        (consumers of a loopback service are on this machine), else the service's host."""
+        if sys.platform.startswith("linux") and protocol.is_loopback(self.host):
+            return f"ipc://@dataflow-service-{self.instance}"
+        return self.host
 
     def _workers_now(self) -> list[_Worker]:
         with self._lock:

@@ -1,7 +1,8 @@
 """A service worker: one process that maps the dataset indices consumers ask it for.
 
-It binds its own ZeroMQ ROUTER socket (on the service's host, a free port, reported to the
-service through a pipe) and answers every consumer directly: results never pass through the
+It binds its own ZeroMQ ROUTER socket (on the service's host, a free port; on Linux, for a
+loopback service, an abstract Unix socket, which leaves no file behind and skips TCP; reported
+to the service through a pipe) and answers every consumer directly: results never pass through the
 dispatcher. Requests from several consumers are served in turn, one item from each consumer
 with work waiting (a fair share for every job and rank). Each item is ``map_func(ds[index])``
 with its random draws keyed by ``(epoch, position)`` and the service's seed, as in the parallel
@@ -11,6 +12,7 @@ mappers (:class:`dataflow.rng.InputScope`).
 from __future__ import annotations
 
 import collections
+import os
 import time
 import traceback
 from typing import Any
@@ -39,8 +41,12 @@ def worker_main(worker_id: int, parent: tuple, source: Any, map_func: Any,
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-    port = sock.bind_to_random_port(f"tcp://{host}")
-    report.send(f"tcp://{host}:{port}")
+    if host.startswith("ipc://"):  # (a loopback service on Linux: an abstract Unix socket)
+        address = f"{host}-{os.getpid()}"
+        sock.bind(address)
+    else:
+        address = f"tcp://{host}:{sock.bind_to_random_port(f'tcp://{host}')}"
+    report.send(address)
     report.close()
     scope = _rng.InputScope(*inputs)
     queues: dict[bytes, collections.deque] = {}
