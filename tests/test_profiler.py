@@ -282,3 +282,26 @@ def test_the_table_counts_skipped_inputs():
     assert report.stages[1].skipped is None
     header, row = report.format().splitlines()[3], report.format().splitlines()[5]
     assert header.split()[-1] == "skipped" and row.split()[-1] == "10"
+
+
+def test_the_report_says_when_the_jpeg_fast_path_is_off():
+    """A stage that decodes JPEG without the fast path says so under the table (the extension
+    switched off for a fresh interpreter: the fast path's state is read at import)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import cv2, numpy as np, dataflow as df\n"
+        "from dataflow import imgaug\n"
+        "ok, buf = cv2.imencode('.jpg', np.zeros((32, 32, 3), np.uint8))\n"
+        "src = df.DataFromList([[buf.tobytes()] for _ in range(20)], shuffle=False)\n"
+        "flow = df.AugmentImageComponent(src, [imgaug.Flip(horiz=True)], decode='jpeg')\n"
+        "print(df.profile(flow, num=10, warmup=1).format())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=False,
+                         env={**__import__("os").environ, "DATAFLOW_NO_JPEG_EXT": "1"})
+    assert out.returncode == 0, out.stderr
+    notes = [x for x in out.stdout.splitlines() if x.startswith("note: ")]
+    assert len(notes) == 1 and notes[0].startswith("note: JPEG fast path off (")
+    assert "cv2.imdecode instead; to get it, " in notes[0]

@@ -16,8 +16,9 @@ each parallel stage showing when that worker was busy (between its busy spans it
 
 A stage may also report its own counters through a method ``profile_metrics() -> dict`` (read
 after the run; a streaming source gives network MB/s, bytes in flight and cache hits), printed
-under the table; a stage whose time is I/O wait says so with ``profile_hint = "network"``, and
-the suggestion then names the network.
+under the table, and notes through ``profile_notes() -> list[str]`` (an image flow that decodes
+JPEG without the fast path says so, and how to get it); a stage whose time is I/O wait says
+so with ``profile_hint = "network"``, and the suggestion then names the network.
 
 Stages are observed through :func:`dataflow.base.instrument` (nothing about the flows is
 changed), found through :meth:`DataFlow.children`.
@@ -102,6 +103,7 @@ class StageStats:
     skipped: int | None = None  # inputs skipped under the bad-sample policy during the run
     autotune: dict[str, Any] | None = None  # an autotuned stage's controller: count, decisions
     metrics: dict[str, float] | None = None  # a stage's own counters (its profile_metrics())
+    notes: list[str] | None = None  # what a stage says of itself (its profile_notes())
     _fill_sum: float = field(default=0.0, repr=False)
     _fill_n: int = field(default=0, repr=False)
     _workers_sum: float = field(default=0.0, repr=False)
@@ -331,6 +333,8 @@ class ProfileReport:
                 out.append(f"stage {s.index} ({s.name}): " + ", ".join(
                     f"{k} {v:,.1f}" if isinstance(v, float) else f"{k} {v}"
                     for k, v in s.metrics.items()))
+        notes = dict.fromkeys(n for s in self.stages for n in (s.notes or ()))
+        out += [f"note: {n}" for n in notes]
         out += ["", f"{self.items} datapoints in {self.seconds:.2f} s ({rate:,.1f}/s)", verdict]
         out += _autotune_lines(self.stages)
         return "\n".join(out)
@@ -562,6 +566,9 @@ def _profile(df: DataFlow, num: int, warmup: int, trace: bool, consume: Any) -> 
         metrics = getattr(f, "profile_metrics", None)  # a stage's counters, e.g. network I/O
         if callable(metrics):
             s.metrics = dict(metrics())
+        notes = getattr(f, "profile_notes", None)  # e.g. a decoder running without its fast path
+        if callable(notes):
+            s.notes = list(notes()) or None
     for s, p, before in zip(stats, policies, skipped0):
         if p is not None and before is not None:
             s.skipped = p.total - before

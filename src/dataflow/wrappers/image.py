@@ -38,7 +38,7 @@ import numpy as np
 from dataflow import rng as _rng
 from dataflow.base import DataFlow, RNGDataFlow
 from dataflow.errors import ImageDecodeError
-from dataflow.jpeg import decode_jpeg, jpeg_shape
+from dataflow.jpeg import decode_jpeg, fast_path_note, jpeg_shape
 from dataflow.state import ReaderState, StateMismatchError, check_state, rng_from_state, rng_state
 from dataflow.wrappers.map import MapData, MapDataComponent
 
@@ -327,6 +327,12 @@ class AugmentImageComponent(_AugmentBase, MapDataComponent):
         MapDataComponent.__init__(self, ds, self._augment, index,
                                   on_error=self._policy(catch_exceptions, on_error),
                                   max_errors=max_errors)
+
+    def profile_notes(self) -> list[str]:
+        """For :func:`dataflow.profile`: that the JPEG fast path is off, when this stage
+        decodes JPEG (in this process or in workers) without it."""
+        note = fast_path_note(only_if_used=False) if self.decode == "jpeg" else None
+        return [] if note is None else [note]
 
     def _augment(self, img: Any) -> np.ndarray:
         if self.decode:
