@@ -401,3 +401,21 @@ def test_the_profiler_shows_the_service_stage():
     assert stage.name == "ServiceData" and stage.items == 48
     assert set(stage.metrics) == {"received", "mb_in", "wait_fraction"}
     assert "stage 1 (ServiceData): received" in report.format()
+
+
+def test_nothing_listens_beyond_loopback():
+    import psutil
+
+    with _service(n=10) as svc:
+        procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
+        listening = []
+        for p in procs:
+            for conn in p.net_connections(kind="inet"):
+                if conn.status == psutil.CONN_LISTEN:
+                    listening.append(conn.laddr.ip)
+        port = int(svc.address.rsplit(":", 1)[1])
+        mine = [c for p in procs for c in p.net_connections(kind="inet")
+                if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+        assert len(mine) == 1 and set(listening) == {"127.0.0.1"}
+        # the workers listen on abstract Unix sockets (Linux), nothing on TCP
+        assert all(w.address.startswith("ipc://@dataflow-service-") for w in svc._workers)
