@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -70,7 +71,13 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=24)
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="dataflow-bench-service-")
-    path = os.path.join(tmp, "train.lmdb")
+    try:
+        _bench(args, os.path.join(tmp, "train.lmdb"))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _bench(args: argparse.Namespace, path: str) -> None:
     df.LMDBSerializer.save(df.DataFromList(make_jpegs(args.images), shuffle=False), path)
     fn, n = DecodeAndAugment(), args.workers
 

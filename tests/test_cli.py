@@ -92,7 +92,8 @@ def test_no_command_prints_the_help_on_stderr_with_status_2():
     proc = _run([])
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith(
-        "usage: dataflow [-h] [--version] {demo,profile,index-shards,preview}")
+        "usage: dataflow [-h] [--version]\n"
+        "                {demo,profile,index-shards,preview,serve,service}")
     assert "Exit status: 0 on success, 2 for a usage error (also: no command), printed as one " \
            "line on stderr." in " ".join(proc.stderr.split())
 
