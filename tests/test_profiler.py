@@ -297,11 +297,16 @@ def test_the_report_says_when_the_jpeg_fast_path_is_off():
         "src = df.DataFromList([[buf.tobytes()] for _ in range(20)], shuffle=False)\n"
         "flow = df.AugmentImageComponent(src, [imgaug.Flip(horiz=True)], decode='jpeg')\n"
         "print(df.profile(flow, num=10, warmup=1).format())\n"
+        "two = df.AugmentImageComponents(df.MapData(src, lambda dp: [dp[0], dp[0]]),\n"
+        "                                [imgaug.Flip(horiz=True)], index=(0, 1), decode='jpeg')\n"
+        "print(df.profile(two, num=10, warmup=1).format())\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=False,
                          env={**__import__("os").environ, "DATAFLOW_NO_JPEG_EXT": "1"})
     assert out.returncode == 0, out.stderr
+    # (one note per report: each of the two image flows says it)
     notes = [x for x in out.stdout.splitlines() if x.startswith("note: ")]
-    assert len(notes) == 1 and notes[0].startswith("note: JPEG fast path off (")
+    assert len(notes) == 2 and notes[0] == notes[1]
+    assert notes[0].startswith("note: JPEG fast path off (")
     assert "cv2.imdecode instead; to get it, " in notes[0]

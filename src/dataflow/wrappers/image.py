@@ -175,6 +175,12 @@ class _AugmentBase:
     augs: Any
     _copy: bool
 
+    def profile_notes(self) -> list[str]:
+        """For :func:`dataflow.profile`: that the JPEG fast path is off, when this stage
+        decodes JPEG (in this process or in workers) without it."""
+        note = fast_path_note(only_if_used=False) if self.decode == "jpeg" else None
+        return [] if note is None else [note]
+
     def _setup(
         self, augmentors: Any, copy: bool, catch_exceptions: bool, decode: Any = None,
         color: str = "bgr",
@@ -327,12 +333,6 @@ class AugmentImageComponent(_AugmentBase, MapDataComponent):
         MapDataComponent.__init__(self, ds, self._augment, index,
                                   on_error=self._policy(catch_exceptions, on_error),
                                   max_errors=max_errors)
-
-    def profile_notes(self) -> list[str]:
-        """For :func:`dataflow.profile`: that the JPEG fast path is off, when this stage
-        decodes JPEG (in this process or in workers) without it."""
-        note = fast_path_note(only_if_used=False) if self.decode == "jpeg" else None
-        return [] if note is None else [note]
 
     def _augment(self, img: Any) -> np.ndarray:
         if self.decode:
