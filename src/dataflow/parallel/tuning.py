@@ -18,26 +18,12 @@ from dataflow.parallel.autotuning.backend import choose_backend
 from dataflow.parallel.autotuning.stage import AUTOTUNE, CpuShare, check_count, is_auto
 from dataflow.parallel.thread import MultiThreadMapData
 from dataflow.parallel.zmq_map import MultiProcessMapDataZMQ
+from dataflow.profiler import pipeline_stages
 from dataflow.validation import check_callable, check_choice, check_positive_int
 
 __all__ = ["AUTOTUNE", "ParallelMapData", "autotune", "autotune_report", "choose_backend"]
 
 logger = logging.getLogger("dataflow.parallel")
-
-
-def _stages(ds: DataFlow) -> list[tuple[int, DataFlow]]:
-    """Every stage of ``ds`` once, outermost first (depth first), with its depth."""
-    seen: set[int] = set()
-    out: list[tuple[int, DataFlow]] = []
-    stack = [(0, ds)]
-    while stack:
-        depth, flow = stack.pop()
-        if id(flow) in seen:
-            continue
-        seen.add(id(flow))
-        out.append((depth, flow))
-        stack.extend((depth + 1, c) for c in reversed(flow.children()))
-    return out
 
 
 def autotune(ds: DataFlow, cores: int | None = None) -> DataFlow:
@@ -48,7 +34,7 @@ def autotune(ds: DataFlow, cores: int | None = None) -> DataFlow:
     if cores is not None:
         cores = check_positive_int(cores, "cores", 4)
     share = CpuShare(cores)
-    for _, flow in _stages(ds):
+    for _, flow in pipeline_stages(ds):
         if isinstance(flow, MapperBase) and flow.autotuned:
             flow.cpu_share = share
     return ds
@@ -64,7 +50,7 @@ def autotune_report(ds: DataFlow) -> list[dict[str, Any]]:
     measurement's ``{"backend", "reason", "overlap", "cores"}``. Works before, while and after
     iterating, wherever the stages sit in the pipeline; JSON-serializable."""
     report: list[dict[str, Any]] = []
-    for depth, flow in _stages(ds):
+    for depth, flow in pipeline_stages(ds):
         if not isinstance(flow, MapperBase):
             continue
         state = flow.autotune_state()
