@@ -70,17 +70,11 @@ def uses_ray(source: str) -> bool:
     return "dataflow.ray" in source or "import ray" in source
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def substituted(path: str, source: str, values: dict[str, str] | None = None) -> str:
     """``source`` with the substitutions of :data:`SUBSTITUTIONS`; a replacement that is a
     name in capitals (``ZMQ_ADDRESS``) is a value known at run time, from ``values``."""
+    from tests.helpers import free_port
+
     values = {"ZMQ_ADDRESS": repr(f"tcp://127.0.0.1:{free_port()}"), **(values or {})}
     for (where, old), (new, _why) in SUBSTITUTIONS.items():
         if where == path and old in source:

@@ -198,3 +198,12 @@ def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for a server a test starts on a known address)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import logging
 import pickle
-import socket
 import threading
 import time
 
@@ -19,13 +18,8 @@ from dataflow.parallel import RemoteDataZMQ, send_dataflow_zmq
 from dataflow.parallel._bootstrap import get_context
 from dataflow.parallel._wire import import_zmq
 from dataflow.parallel.remote import _DropLog, dumps_msgpack, loads_msgpack
+from tests.helpers import free_port
 from tests.parallel import flows
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _sender(df, addr, fmt, epochs):
@@ -34,7 +28,7 @@ def _sender(df, addr, fmt, epochs):
 
 @pytest.mark.parametrize("fmt", [None, "pickle"])
 def test_sender_process_to_receiver(fmt):
-    addr = f"tcp://127.0.0.1:{_free_port()}"
+    addr = f"tcp://127.0.0.1:{free_port()}"
     recv = RemoteDataZMQ(addr, format=fmt)
     recv.reset_state()
     it = iter(recv)
@@ -58,7 +52,7 @@ def test_sender_process_to_receiver(fmt):
 
 def test_two_addresses_and_counters():
     zmq = import_zmq()
-    a1, a2 = (f"tcp://127.0.0.1:{_free_port()}" for _ in range(2))
+    a1, a2 = (f"tcp://127.0.0.1:{free_port()}" for _ in range(2))
     recv = RemoteDataZMQ(a1, a2)  # works without reset_state, unlike tensorpack
     it = iter(recv)
     ctx = zmq.Context()
@@ -81,7 +75,7 @@ def _send_raw(frames_list, n, caplog):
     """Send ``frames_list`` from a raw PUSH socket to a fresh ``RemoteDataZMQ``; the first
     ``n`` datapoints it yields, the receiver, and the log lines about dropped messages."""
     zmq = import_zmq()
-    addr = f"tcp://127.0.0.1:{_free_port()}"
+    addr = f"tcp://127.0.0.1:{free_port()}"
     recv = RemoteDataZMQ(addr)
     it = iter(recv)
     ctx = zmq.Context()
@@ -149,7 +143,7 @@ def test_a_sender_of_a_too_large_message_is_disconnected_before_it_is_read():
     from zmq.utils.monitor import recv_monitor_message
 
     zmq = import_zmq()
-    addr = f"tcp://127.0.0.1:{_free_port()}"
+    addr = f"tcp://127.0.0.1:{free_port()}"
     recv = RemoteDataZMQ(addr, max_message_size=10_000)
     it = iter(recv)
     ctx = zmq.Context()
@@ -188,7 +182,7 @@ def test_bad_max_message_size(bad):
 
 def test_the_other_format_is_dropped_with_the_fix(caplog):
     zmq = import_zmq()
-    addr = f"tcp://127.0.0.1:{_free_port()}"
+    addr = f"tcp://127.0.0.1:{free_port()}"
     recv = RemoteDataZMQ(addr, format="pickle")
     it = iter(recv)
     ctx = zmq.Context()
@@ -290,7 +284,7 @@ def _receive(it, n, out):
 @given(plan=st.lists(st.one_of(GARBAGE, st.none()), max_size=30), n_real=st.integers(0, 20))
 def test_a_fuzzed_sender_cannot_stop_the_receiver(plan, n_real):
     zmq = import_zmq()
-    addr = f"tcp://127.0.0.1:{_free_port()}"
+    addr = f"tcp://127.0.0.1:{free_port()}"
     recv = RemoteDataZMQ(addr)
     it = iter(recv)
     records: list[logging.LogRecord] = []
@@ -389,7 +383,7 @@ def _slow_read(addr: str, n: int, delay: float, out: list) -> None:
 
 
 def test_sender_waits_for_a_slow_receiver_to_take_the_tail():
-    addr = f"tcp://127.0.0.1:{_free_port()}"
+    addr = f"tcp://127.0.0.1:{free_port()}"
     got: list[int] = []
     reader = threading.Thread(target=_slow_read, args=(addr, 40, 0.03, got))
     reader.start()
@@ -401,7 +395,7 @@ def test_sender_waits_for_a_slow_receiver_to_take_the_tail():
 
 
 def test_sender_warns_when_the_receiver_never_reads():
-    addr = f"tcp://127.0.0.1:{_free_port()}"  # nobody listens: the datapoint stays queued
+    addr = f"tcp://127.0.0.1:{free_port()}"  # nobody listens: the datapoint stays queued
     with pytest.warns(RuntimeWarning, match=r"drain_timeout=0.3 s; what was still queued"):
         send_dataflow_zmq(flows.Arrays(1, (4,)), addr, hwm=2, num_epochs=1, drain_timeout=0.3)
 

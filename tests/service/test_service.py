@@ -20,7 +20,7 @@ import zmq
 import dataflow as df
 from dataflow.errors import WorkerError
 from dataflow.service import DataService, ServiceData, ServiceError
-from tests.helpers import wait_until
+from tests.helpers import free_port, wait_until
 from tests.service import pipelines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,16 +215,8 @@ def _serve(address, env):
     return proc
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_the_dispatcher_killed_and_started_again_on_its_address():
-    address = f"tcp://127.0.0.1:{_free_port()}"
+    address = f"tcp://127.0.0.1:{free_port()}"
     env = {"SVC_N": "200", "SVC_SLEEP": "0.005"}
     proc = _serve(address, env)
     procs = [proc]
@@ -257,7 +249,7 @@ def test_the_dispatcher_killed_and_started_again_on_its_address():
 
 
 def test_serve_prints_its_address_and_status_reads_it():
-    address = f"tcp://127.0.0.1:{_free_port()}"
+    address = f"tcp://127.0.0.1:{free_port()}"
     proc = _serve(address, {"SVC_N": "30"})
     try:
         c = _consumer(address)
@@ -290,7 +282,7 @@ def test_serve_refuses_a_target_that_is_not_a_service():
 
 
 def test_status_of_nothing_is_one_line():
-    address = f"tcp://127.0.0.1:{_free_port()}"
+    address = f"tcp://127.0.0.1:{free_port()}"
     out = subprocess.run([sys.executable, "-m", "dataflow", "service", "status", address,
                           "--timeout", "0.5"], cwd=ROOT, capture_output=True, text=True,
                          timeout=60, check=False)
@@ -300,7 +292,7 @@ def test_status_of_nothing_is_one_line():
 
 
 def test_a_consumer_before_the_service_or_at_a_wrong_address_gets_an_error_in_time():
-    address = f"tcp://127.0.0.1:{_free_port()}"
+    address = f"tcp://127.0.0.1:{free_port()}"
     with pytest.raises(ServiceError, match=f"no DataService answered at {address} within 1 s"):
         ServiceData(address, timeout=1).reset_state()
     # connected first, the service starting within the timeout: it is found

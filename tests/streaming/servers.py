@@ -15,19 +15,14 @@ import threading
 from collections import deque
 from typing import Any
 
+from tests.helpers import free_port
+
 __all__ = ["FaultProxy", "MotoS3", "PlainHTTPServer", "RangeHTTPServer", "free_port"]
 
 SLOWDOWN_BODY = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
     b"<Message>Please reduce your request rate.</Message></Error>"
 )
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _QuietServer(http.server.ThreadingHTTPServer):
