@@ -103,7 +103,7 @@ def test_a_worker_killed_mid_epoch_loses_and_repeats_nothing(monkeypatch):
     monkeypatch.setenv("SVC_SLEEP", "0.005")
     with _service(n=300, workers=2) as svc:
         c = _consumer(svc.address)
-        victim = svc._workers[0].proc.pid
+        victim = svc.worker_pids()[0]
 
         def kill(k):
             if k == 60:
@@ -339,7 +339,7 @@ def test_hostile_messages_are_dropped_and_counted():
     with _service(n=20) as svc:
         ctx = zmq.Context()
         junk = [ctx.socket(zmq.DEALER) for _ in range(2)]
-        targets = [svc.address, svc._workers[0].address]
+        targets = [svc.address, svc._workers_now()[0].address]
         for s, addr in zip(junk, targets):
             s.connect(addr)
             for payload in (b"\x00garbage", b"\xc1", b"\x92\x01\x02"):
@@ -410,4 +410,4 @@ def test_nothing_listens_beyond_loopback():
                 if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
         assert len(mine) == 1 and set(listening) == {"127.0.0.1"}
         # the workers listen on abstract Unix sockets (Linux), nothing on TCP
-        assert all(w.address.startswith("ipc://@dataflow-service-") for w in svc._workers)
+        assert all(w.address.startswith("ipc://@dataflow-service-") for w in svc._workers_now())

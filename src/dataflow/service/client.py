@@ -11,6 +11,7 @@ it yielded is the truth, and its state is that count.
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from typing import Any
 
@@ -28,6 +29,9 @@ __all__ = ["ServiceData", "ServiceError"]
 HEARTBEAT = 0.25
 #: inputs asked of a worker in one request
 CHUNK = 4
+#: bytes of the shared ring a consumer makes for each worker on its machine (the arrays of
+#: the answers in flight from that worker; an answer that does not fit goes through the socket)
+RING_BYTES = 16 * 1024 * 1024
 
 
 class ServiceError(DataFlowError, ConnectionError):
@@ -71,6 +75,7 @@ class ServiceData(EpochCounter, DataFlow):
         self._ctx: Any = None
         self._ctl: Any = None
         self._socks: dict[str, Any] = {}  # a worker's address -> a socket connected to it
+        self._rings: dict[str, tuple[str, Any]] = {}  # a worker's address -> its ring, if any
         self._received = 0
         self._waited = 0.0
         self._bytes = 0
@@ -153,13 +158,40 @@ class ServiceData(EpochCounter, DataFlow):
         for addr in list(self._socks):
             if addr not in live:
                 self._socks.pop(addr).close(linger=0)
+                self._drop_ring(addr)
         for addr in live:
             if addr not in self._socks:
                 sock = self._ctx.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.connect(addr)
                 self._socks[addr] = sock
+                self._new_ring(addr)
         return live
+
+    def _new_ring(self, addr: str) -> None:
+        """A shared ring for the answers of a worker on this machine (one listening on an
+        abstract Unix socket): the worker maps it by name and unlinks it. Without shared
+        memory, the answers come through the socket."""
+        from dataflow.parallel.shared_memory import SHM_DIR, Ring, new_prefix, shm_available
+
+        self._drop_ring(addr)
+        if not addr.startswith("ipc://@") or not shm_available():
+            return
+        name = f"{new_prefix()}-ring"
+        try:
+            ring = Ring.create(os.path.join(SHM_DIR, name), RING_BYTES)
+        except OSError:
+            return
+        self._rings[addr] = (name, ring)
+
+    def _drop_ring(self, addr: str) -> None:
+        from dataflow.parallel.shared_memory import SHM_DIR
+
+        entry = self._rings.pop(addr, None)
+        if entry is not None:
+            with contextlib.suppress(OSError):  # (the worker unlinked it if it mapped it)
+                os.unlink(os.path.join(SHM_DIR, entry[0]))
+            entry[1].close()
 
     def _cfg(self) -> dict[str, Any]:
         if self._config is None:
@@ -169,11 +201,18 @@ class ServiceData(EpochCounter, DataFlow):
 
     # ---- the epoch ---------------------------------------------------------------------------
 
+    def _job(self) -> dict[str, Any]:
+        """The pipeline this consumer's job reads: its own, if the service serves one under
+        this job's name, else the service's default one."""
+        cfg = self._cfg()
+        return cfg.get("jobs", {}).get(self.job) or cfg
+
     def __len__(self) -> int:
-        return plan.steps_per_rank(self._cfg()["n"], self.world_size, self._start, self.partial)
+        return plan.steps_per_rank(self._job()["n"], self.world_size, self._start,
+                                   self.partial)
 
     def __iter__(self) -> Any:
-        cfg = self._cfg()
+        cfg = self._job()
         restored = self._resume is not None
         token, start = self._begin()
         if not restored:
@@ -189,6 +228,7 @@ class ServiceData(EpochCounter, DataFlow):
         import zmq
 
         todo = [(int(p), int(i)) for p, i in zip(positions, indices)]
+        job = self.job if self.job in (self._config or {}).get("jobs", {}) else ""
         nxt = 0  # next item to ask for
         ready: dict[int, Any] = {}  # position -> output, received ahead of its turn
         where: dict[int, tuple[str, tuple[int, int]]] = {}  # position -> worker, item
@@ -203,9 +243,11 @@ class ServiceData(EpochCounter, DataFlow):
             for k in range(0, len(items), CHUNK):
                 chunk = items[k:k + CHUNK]
                 w = min(live, key=lambda key: load.get(key, 0))
-                self._socks[w].send(protocol.encode({
-                    "op": "map", "token": self.token,
-                    "items": [[epoch, p, i] for p, i in chunk]}))
+                msg = {"op": "map", "token": self.token, "j": job,
+                       "items": [[epoch, p, i] for p, i in chunk]}
+                if w in self._rings:
+                    msg["ring"] = self._rings[w][0]
+                self._socks[w].send(protocol.encode(msg))
                 load[w] = load.get(w, 0) + len(chunk)
                 for p, i in chunk:
                     where[p] = (w, (p, i))
@@ -279,10 +321,13 @@ class ServiceData(EpochCounter, DataFlow):
 
     def _take(self, frames: list[Any], epoch: int, where: dict, ready: dict, load: dict,
               key: str) -> None:
+        ring = self._rings.get(key)
         try:
-            msg = protocol.decode_frames(frames)
+            msg = protocol.decode_frames(frames, ring[1] if ring is not None else None)
         except ValueError:
             return
+        if msg.get("nr") and ring is not None:
+            self._new_ring(key)  # (the worker let the ring go: it was unused for long)
         if msg.get("e") != epoch or msg.get("p") not in where:
             return  # (an answer to a question asked again elsewhere, or of another epoch)
         p = msg["p"]
@@ -305,6 +350,7 @@ class ServiceData(EpochCounter, DataFlow):
         """Epoch, outputs received in it, and this rank's place (``rank``, ``world_size``,
         ``start``: global positions consumed before this world size)."""
         cfg = self._config or {}
+        cfg = cfg.get("jobs", {}).get(self.job) or cfg
         return {"type": "ServiceData", **self._counters(), "rank": self.rank,
                 "world_size": self.world_size, "start": self._start, "job": self.job,
                 "partial": self.partial, "size": cfg.get("n")}
@@ -314,7 +360,7 @@ class ServiceData(EpochCounter, DataFlow):
         own last output; with another one (every rank restoring the states saved at the same
         step), the ranks share the rest of the epoch: nothing lost, nothing repeated."""
         check_state(state, self, job=self.job, partial=self.partial)
-        n = self._cfg()["n"]
+        n = self._job()["n"]
         if state.get("size") not in (None, n):
             raise mismatch(self, "a dataset of", n, state.get("size"),
                            "the service serves another dataset than the saved run's.")
@@ -330,6 +376,8 @@ class ServiceData(EpochCounter, DataFlow):
         for sock in self._socks.values():
             sock.close(linger=0)
         self._socks.clear()
+        for addr in list(self._rings):
+            self._drop_ring(addr)
         if self._ctl is not None:
             self._ctl.close(linger=0)
             self._ctl = None

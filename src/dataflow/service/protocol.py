@@ -43,10 +43,13 @@ def encode(msg: dict[str, Any]) -> bytes:
     return dumps_msgpack(msg)
 
 
-def encode_frames(msg: dict[str, Any]) -> list[Any]:
+def encode_frames(msg: dict[str, Any], ring: Any = None) -> list[Any]:
     """``msg`` as frames: a msgpack header in which each numeric NumPy array of a few KB or
-    more is a placeholder ``{"__a": k, "dtype", "shape"}``, then those arrays' memory, one
-    frame each, sent without a copy (the worker's outputs: images)."""
+    more is a placeholder, then those arrays' memory, one frame each, sent without a copy (the
+    worker's outputs: images). With a shared ``ring`` (a consumer on this machine), an array
+    that fits the ring now is copied there instead: its placeholder ``{"__r": [offset, size,
+    head], "dtype", "shape"}`` says where; else ``{"__a": k, "dtype", "shape"}`` names its
+    frame."""
     import numpy as np
 
     buffers: list[Any] = []
@@ -55,7 +58,11 @@ def encode_frames(msg: dict[str, Any]) -> list[Any]:
         if isinstance(obj, np.ndarray) and obj.nbytes >= ARRAY_FRAME_BYTES \
                 and obj.dtype.kind in "biuf" and not obj.dtype.hasobject:
             arr = np.ascontiguousarray(obj)
-            buffers.append(arr.data.cast("B"))
+            data = arr.data.cast("B")
+            slot = ring.write(data, wait=False) if ring is not None else None
+            if slot is not None:
+                return {"__r": list(slot), "dtype": arr.dtype.str, "shape": list(arr.shape)}
+            buffers.append(data)
             return {"__a": len(buffers) - 1, "dtype": arr.dtype.str, "shape": list(arr.shape)}
         if isinstance(obj, list | tuple):
             return [strip(x) for x in obj]
@@ -66,15 +73,27 @@ def encode_frames(msg: dict[str, Any]) -> list[Any]:
     return [dumps_msgpack(strip(msg)), *buffers]
 
 
-def decode_frames(frames: list[Any]) -> dict[str, Any]:
-    """Inverse of :func:`encode_frames` (arrays are writable copies of their frames); a
-    ``ValueError`` for anything that is not such a message."""
+def decode_frames(frames: list[Any], ring: Any = None) -> dict[str, Any]:
+    """Inverse of :func:`encode_frames` (arrays are writable copies of their frames, or of
+    their place in ``ring``, which the copy releases); a ``ValueError`` for anything that is
+    not such a message."""
     import numpy as np
 
     msg = decode(frames[0])
 
     def fill(obj: Any) -> Any:
         if isinstance(obj, dict):
+            slot = obj.get("__r")
+            if slot is not None:
+                if ring is None or not isinstance(slot, list) or len(slot) != 3:
+                    raise ValueError("a ring placeholder without a ring")
+                off, n, head = (int(x) for x in slot)
+                if off < 0 or n < 0 or off + n > ring.capacity:
+                    raise ValueError("a ring placeholder outside the ring")
+                dtype = np.dtype(obj["dtype"])
+                if dtype.kind not in "biuf":
+                    raise ValueError("refusing an array of a non-numeric dtype")
+                return np.frombuffer(ring.read(off, n, head), dtype).reshape(obj["shape"])
             k = obj.get("__a")
             if isinstance(k, int) and not isinstance(k, bool):
                 if not 0 <= k < len(frames) - 1:

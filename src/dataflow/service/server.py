@@ -1,21 +1,21 @@
-"""``DataService``: one pool of worker processes that maps a pipeline for many consumers.
+"""``DataService``: one pool of workers that maps pipelines for many consumers.
 
 Three pieces, each small: the **plan** (:mod:`dataflow.service.plan`, pure functions: which index
-each rank receives at each step), the **pool** (worker processes, :mod:`dataflow.service.worker`,
-each with its own socket, answering consumers directly), and the **dispatcher** (a thread of
-the service's process with a ROUTER socket at ``address``: it tells consumers the dataset's
-length, the seed and the workers' addresses, replaces a worker that dies, and gathers figures).
-The dispatcher keeps no epoch state: each consumer computes its own positions from the plan and
-asks the workers for them, so a consumer's position is the truth, a restarted dispatcher needs
-no journal, and a worker that dies loses nothing (its consumers ask another for what it did not
-answer).
+each rank receives at each step), the **pool** (:mod:`dataflow.service.pool`: workers, each with
+its own socket, answering consumers directly; local processes or Ray actors), and the
+**dispatcher** (a thread of the service's process with a ROUTER socket at ``address``: it tells
+consumers each job's dataset length, seed and the workers' addresses, has the pool replace a
+worker that dies, sizes the pool when ``num_workers="auto"``, and gathers figures).
+The dispatcher keeps no epoch state: each consumer computes its own positions from the plan
+and asks the workers for them, so a consumer's position is the truth, a restarted dispatcher
+needs no journal, and a worker that dies loses nothing (its consumers ask another for what it
+did not answer).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing
 import sys
 import threading
 import time
@@ -23,12 +23,14 @@ from collections.abc import Callable
 from typing import Any
 
 from dataflow import rng as _rng
-from dataflow.parallel._bootstrap import get_context, limited_thread_env, parent_info
+from dataflow.parallel._bootstrap import get_context
 from dataflow.parallel._lifecycle import register
 from dataflow.parallel.autotuning.budget import cpu_budget
+from dataflow.parallel.autotuning.controller import Controller, Measurement
+from dataflow.parallel.autotuning.stage import START_WINDOW, WINDOW, default_share
 from dataflow.service import protocol
+from dataflow.service.pool import ProcessPool, WorkerSpec
 from dataflow.service.source import positional
-from dataflow.service.worker import worker_main
 from dataflow.validation import check_callable, check_choice
 
 __all__ = ["DataService"]
@@ -41,32 +43,113 @@ MONITOR_INTERVAL = 0.05
 WORKER_START_TIMEOUT = 60.0
 #: a consumer that has not reported for this long no longer counts in the figures
 CONSUMER_STALE = 10.0
+#: what a job of ``jobs=`` may set; the others come from the service's own arguments
+JOB_KEYS = ("ds", "map_func", "seed", "shuffle")
 
 
-class _Worker:
-    """One worker process and what the service knows of it."""
+class _Pipeline:
+    """One pipeline a service serves: its source, map and seed (``inputs``: the seed of its
+    inputs' random streams, as a seeded mapper's)."""
 
-    def __init__(self, wid: int, generation: int, proc: Any, pipe: Any, counters: Any) -> None:
-        self.wid, self.generation, self.proc, self.pipe = wid, generation, proc, pipe
-        self.counters = counters
-        self.address: str | None = None
-        self.started = time.monotonic()
+    def __init__(self, ds: Any, map_func: Callable, seed: int, shuffle: bool) -> None:
+        self.ds, self.map_func, self.seed, self.shuffle = ds, map_func, seed, shuffle
+        self.source: Any = None
+        self.inputs: tuple[int, tuple[int, ...]] = (0, ())
+
+    def load(self) -> None:
+        self.source = positional(self.ds)
+        seq = _rng.stage_sequence(self.seed, (), _rng.INPUTS, worker=None)
+        self.inputs = _rng.seed_words(seq)
+
+    def config(self) -> dict[str, Any]:
+        return {"n": len(self.source), "seed": self.seed, "shuffle": self.shuffle}
+
+
+def _check_seed(seed: Any, name: str) -> int:
+    checked = _rng.check_seed(seed, name)
+    if checked is None:
+        raise ValueError(f"`{name}` of a DataService must be an int: every consumer and "
+                         "worker derives the same orders and random draws from it.")
+    return checked
+
+
+class _Scaler:
+    """``num_workers="auto"``: the autotune controller sizes the pool from the consumers'
+    waits (the share of their time spent waiting for outputs) and the pool's rate, one
+    window at a time, within the CPU budget it shares with the autotuned stages of this
+    process. A window in which no consumer received anything decides nothing."""
+
+    def __init__(self, pool: Any, maximum: int) -> None:
+        self.pool, self.share = pool, default_share()
+        self.controller = Controller(1, maximum, 1)
+        self.controller.skip_window()
+        self.share.claim(self, 1, 1.0)
+        self._t = time.monotonic()
+        self._items: dict[tuple[int, int], float] = {}
+        self._consumers: dict[bytes, tuple[float, float, int]] = {}
+
+    def due(self, now: float) -> bool:
+        return now - self._t >= (START_WINDOW * 5 if self.controller.starting else WINDOW)
+
+    def step(self, now: float, consumers: dict[bytes, dict[str, Any]]) -> None:
+        dt, self._t = now - self._t, now
+        items = 0.0
+        seen: dict[tuple[int, int], float] = {}
+        for w in self.pool.workers():
+            key = (w.wid, w.generation)
+            seen[key] = w.figures()[1]
+            items += seen[key] - self._items.get(key, 0.0)
+        self._items = seen
+        waited = spent = 0.0
+        received = 0
+        for ident, info in consumers.items():
+            cur = (float(info.get("waited", 0.0)), float(info.get("elapsed", 0.0)),
+                   int(info.get("received", 0)))
+            before = self._consumers.get(ident)
+            self._consumers[ident] = cur
+            if before is None or cur[1] <= before[1]:
+                continue
+            waited += cur[0] - before[0]
+            spent += cur[1] - before[1]
+            received += cur[2] - before[2]
+        ctl = self.controller
+        if received <= 0 or spent <= 0:
+            return  # (nobody read: no demand to measure)
+        m = Measurement(len(self.pool.workers()), items / max(dt, 1e-9),
+                        min(1.0, max(0.0, waited / spent)))
+        ctl.maximum = self.share.maximum(self, 1.0)
+        old = ctl.workers
+        new = ctl.step(m)
+        if new != old:
+            logger.info("DataService: %d -> %d workers: %s", old, new,
+                        ctl.decisions[-1].reason)
+            self.pool.resize(new)
+            self.share.claim(self, new, 1.0)
+
+    def close(self) -> None:
+        self.share.release(self)
 
 
 class DataService:
     """Serve ``map_func`` over ``ds`` to any number of consumers (:class:`ServiceData`).
 
     ``ds`` is the cheap part of a pipeline (keys, file names, encoded bytes), ``map_func`` the
-    expensive one, run by ``num_workers`` worker processes (``"auto"``: the cores of this
-    process's CPU budget). A consumer rank ``r`` of ``R`` receives, per epoch, the outputs of
-    global positions ``r, r + R, ...`` of the epoch's order (a permutation of ``range(len(ds))``
-    drawn from ``(seed, epoch)`` when ``shuffle``), each ``map_func(ds[order[p]])`` with its random
-    draws keyed by ``(seed, epoch, p)``. See ``docs/service.md``.
+    expensive one, run by a pool of ``num_workers`` workers (``"auto"``: sized while it runs,
+    from one worker up to the cores of this process's CPU budget, by how long consumers wait).
+    A consumer rank ``r`` of ``R`` receives, per epoch, the outputs of global positions
+    ``r, r + R, ...`` of the epoch's order (a permutation of ``range(len(ds))`` drawn from
+    ``(seed, epoch)`` when ``shuffle``), each ``map_func(ds[order[p]])`` with its random draws
+    keyed by ``(seed, epoch, p)``. See ``docs/service.md``.
+
+    ``jobs``: other pipelines on the same pool, ``{job name: {"ds", "map_func", "seed",
+    "shuffle"}}`` (each key optional: the service's own value otherwise); a consumer whose
+    ``job=`` is one of them reads that pipeline, any other job reads the service's own.
 
     ``address``: where consumers connect, ``tcp://127.0.0.1:0`` (loopback, a free port: read
     :attr:`address` after :meth:`start`). Any other host needs a shared secret, ``token=`` or
     the ``DATAFLOW_SERVICE_TOKEN`` environment variable, that every consumer presents.
-    ``backend="process"`` runs the workers as local processes (``"ray"`` is not available yet).
+    ``backend="process"`` runs the workers as local processes, ``"ray"`` as Ray actors on a
+    cluster (``ray_address``: the cluster to join, default: Ray's own choice).
 
     ``start()`` returns the service; ``stats()`` is a plain dict; ``close()`` is idempotent and
     runs at garbage collection and interpreter exit; a ``with`` block starts and closes it.
@@ -75,18 +158,17 @@ class DataService:
     def __init__(self, ds: Any, map_func: Callable[[Any], Any], *, num_workers: Any = "auto",
                  backend: str = "process", address: str = "tcp://127.0.0.1:0", seed: int = 0,
                  shuffle: bool = True, token: str | None = None,
-                 start_method: str | None = None) -> None:
+                 start_method: str | None = None, jobs: dict[str, dict[str, Any]] | None = None,
+                 ray_address: str | None = None) -> None:
         from dataflow.parallel.autotuning.stage import check_count, is_auto
 
         self.ds = ds
         self.map_func = check_callable(map_func, "map_func", "lambda dp: [dp[0] * 2]")
         check_count(num_workers, "num_workers")
-        self.num_workers = cpu_budget().cores if is_auto(num_workers) else int(num_workers)
+        self.auto = is_auto(num_workers)
+        self.num_workers = 1 if self.auto else int(num_workers)
         self.backend = check_choice("backend", backend, ("process", "ray"))
-        if backend == "ray":
-            raise NotImplementedError(
-                "DataService(backend='ray') is not available yet; use backend='process' (the "
-                "workers on this machine), or RayMapData for a Ray cluster.")
+        self.ray_address = ray_address
         self.host = protocol.host_of(address)
         self._requested = address
         self.token = protocol.resolve_token(token)
@@ -95,46 +177,68 @@ class DataService:
                 f"DataService: `address` {address!r} is not a loopback address, so consumers "
                 "from the network could connect: give a shared secret, token='...' (or the "
                 f"{protocol.TOKEN_ENV} environment variable), that every ServiceData presents.")
-        self.seed = _rng.check_seed(seed, "seed")
-        if self.seed is None:
-            raise ValueError("`seed` of a DataService must be an int: every consumer and "
-                             "worker derives the same orders and random draws from it.")
+        self.seed = _check_seed(seed, "seed")
         self.shuffle = bool(shuffle)
+        self._pipelines = {"": _Pipeline(ds, self.map_func, self.seed, self.shuffle)}
+        if jobs is not None and not isinstance(jobs, dict):
+            raise ValueError(f"`jobs` must be a dict of job name -> dict of {JOB_KEYS}, got "
+                             f"{jobs!r}.")
+        for name, spec in (jobs or {}).items():
+            if not isinstance(name, str) or not name or not isinstance(spec, dict):
+                raise ValueError(f"`jobs`: each entry must be a non-empty job name -> a dict of "
+                                 f"some of {JOB_KEYS}, got {name!r}: {spec!r}.")
+            unknown = sorted(set(spec) - set(JOB_KEYS))
+            if unknown:
+                raise ValueError(f"`jobs[{name!r}]` has unknown keys {unknown}; a job may set "
+                                 f"{', '.join(JOB_KEYS)}.")
+            self._pipelines[name] = _Pipeline(
+                spec.get("ds", ds),
+                check_callable(spec.get("map_func", self.map_func), f"jobs[{name!r}]['map_func']",
+                               "lambda dp: [dp[0] * 2]"),
+                _check_seed(spec.get("seed", self.seed), f"jobs[{name!r}]['seed']"),
+                bool(spec.get("shuffle", self.shuffle)))
         self.start_method = start_method
         get_context(start_method)  # (validated now)
         self.address: str | None = None
         self.instance = protocol.new_instance()
         self._lock = threading.Lock()
-        self._workers: list[_Worker] = []
+        self._pool: Any = None
+        self._scaler: _Scaler | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._consumers: dict[bytes, dict[str, Any]] = {}
-        self._restarts = 0
         self._dropped = 0
         self._dispatch_cpu = 0.0
         self._started_at = 0.0
         self._closed = False
-        self._n = 0
         register(self)
 
     # ---- life cycle ----------------------------------------------------------------------------
 
     def start(self) -> DataService:
-        """Read what must be read of ``ds``, start the workers and the dispatcher; returns the
-        service (its :attr:`address` is the real one from now on). Idempotent."""
+        """Read what must be read of the pipelines' sources, start the workers and the
+        dispatcher; returns the service (its :attr:`address` is the real one from now on).
+        Idempotent."""
         if self._thread is not None:
             return self
-        self._source = positional(self.ds)
-        self._n = len(self._source)
-        seq = _rng.stage_sequence(self.seed, (), _rng.INPUTS, worker=None)
-        self._inputs = _rng.seed_words(seq)  # what a seeded mapper's inputs are keyed by
-        self._ctx: Any = get_context(self.start_method)
-        self._parent = parent_info()
-        with limited_thread_env():
-            for wid in range(self.num_workers):
-                self._workers.append(self._spawn(wid, 0))
+        for p in self._pipelines.values():
+            p.load()
+        spec = WorkerSpec({name: (p.source, p.map_func, p.inputs)
+                           for name, p in self._pipelines.items()},
+                          self._worker_host(), self.token)
+        if self.backend == "ray":
+            from dataflow.service.ray_pool import RayPool
+
+            self._pool = RayPool(spec, self.ray_address)
+            maximum = self._pool.cpus()
+        else:
+            self._pool = ProcessPool(spec, self.start_method)
+            maximum = cpu_budget().cores
+        self._pool.resize(self.num_workers)
+        if self.auto:
+            self._scaler = _Scaler(self._pool, maximum)
         self._thread = threading.Thread(target=self._serve, name="dataflow-service",
                                         daemon=True)
         self._thread.start()
@@ -150,31 +254,27 @@ class DataService:
                                    f"{WORKER_START_TIMEOUT:.0f} s")
             time.sleep(0.01)
         self._started_at = time.monotonic()
-        logger.info("DataService serving %d datapoints at %s with %d workers", self._n,
-                    self.address, self.num_workers)
+        logger.info("DataService serving %d datapoints at %s with %d workers",
+                    len(self._pipelines[""].source), self.address, self.num_workers)
         return self
 
-    def _spawn(self, wid: int, generation: int) -> _Worker:
-        recv, send = multiprocessing.Pipe(duplex=False)
-        counters = self._ctx.Array("d", 4, lock=False)
-        proc = self._ctx.Process(
-            target=worker_main, name=f"dataflow-service-worker-{wid}",
-            args=(wid, self._parent, self._source, self.map_func, self._inputs,
-                  self._worker_host(), self.token, send, counters), daemon=True)
-        proc.start()
-        send.close()
-        return _Worker(wid, generation, proc, recv, counters)
-
     def _worker_host(self) -> str:
-        """Where workers listen: an abstract Unix socket for a loopback service on Linux
-        (consumers of a loopback service are on this machine), else the service's host."""
-        if sys.platform.startswith("linux") and protocol.is_loopback(self.host):
+        """Where workers listen: an abstract Unix socket for a loopback service of local
+        processes on Linux (consumers of a loopback service are on this machine), else the
+        service's host."""
+        if self.backend == "process" and sys.platform.startswith("linux") \
+                and protocol.is_loopback(self.host):
             return f"ipc://@dataflow-service-{self.instance}"
         return self.host
 
-    def _workers_now(self) -> list[_Worker]:
+    def _workers_now(self) -> list[Any]:
         with self._lock:
-            return list(self._workers)
+            return self._pool.workers() if self._pool is not None else []
+
+    def worker_pids(self) -> list[int]:
+        """The process ids of the workers (of a process pool; tests and benchmarks kill them)."""
+        with self._lock:
+            return self._pool.pids() if self._pool is not None else []
 
     def close(self) -> None:
         """Tell the consumers, stop the dispatcher and the workers. Idempotent."""
@@ -184,13 +284,11 @@ class DataService:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        for w in self._workers_now():
-            with contextlib.suppress(Exception):
-                w.proc.kill()
-        for w in self._workers_now():
-            with contextlib.suppress(Exception):
-                w.proc.join(timeout=10)
-                w.pipe.close()
+        if self._scaler is not None:
+            self._scaler.close()
+        if self._pool is not None:
+            with self._lock:
+                self._pool.close()
 
     def __enter__(self) -> DataService:
         return self.start()
@@ -240,6 +338,9 @@ class DataService:
                         if reply is not None:
                             sock.send_multipart([ident, protocol.encode(reply)])
                 self._monitor()
+                if self._scaler is not None and self._scaler.due(time.monotonic()):
+                    with self._lock:
+                        self._scaler.step(time.monotonic(), self._consumers)
                 self._dispatch_cpu = time.thread_time()  # (this thread's CPU seconds)
             closed = protocol.encode({"op": "closed", "service": self.address})
             for ident in list(self._consumers):
@@ -281,26 +382,20 @@ class DataService:
     def _config(self) -> dict[str, Any]:
         workers = [[w.wid, w.generation, w.address] for w in self._workers_now()
                    if w.address is not None]
-        return {"op": "config", "instance": self.instance, "n": self._n, "seed": self.seed,
-                "shuffle": self.shuffle, "workers": workers, "service": self.address}
+        jobs = {name: p.config() for name, p in self._pipelines.items() if name}
+        return {"op": "config", "instance": self.instance, **self._pipelines[""].config(),
+                "jobs": jobs, "workers": workers, "service": self.address}
 
     def _monitor(self) -> None:
-        """Read the addresses of starting workers; replace a worker that died."""
-        for w in self._workers_now():
-            if w.address is None:
-                with contextlib.suppress(EOFError, OSError):
-                    if w.pipe.poll():
-                        w.address = w.pipe.recv()
-            if w.proc.exitcode is not None and not self._stop.is_set():
-                logger.warning("DataService: worker %d died (exit code %s); starting another; "
-                               "its consumers ask the others for what it did not answer",
-                               w.wid, w.proc.exitcode)
-                with contextlib.suppress(Exception):
-                    w.pipe.close()
-                new = self._spawn(w.wid, w.generation + 1)
-                with self._lock:
-                    self._workers[self._workers.index(w)] = new
-                self._restarts += 1
+        """Have the pool read the addresses of starting workers and replace dead ones."""
+        if self._stop.is_set():
+            return
+        with self._lock:
+            dead = self._pool.check()
+        for w in dead:
+            logger.warning("DataService: worker %d died (exit code %s); started another; its "
+                           "consumers ask the others for what it did not answer", w.wid,
+                           self._pool.exit_code(w))
 
     # ---- figures -----------------------------------------------------------------------------
 
@@ -313,7 +408,7 @@ class DataService:
         elapsed = max(now - self._started_at, 1e-9) if self._started_at else 0.0
         workers: list[dict[str, Any]] = []
         for w in self._workers_now():
-            busy, items, out_bytes, dropped = (float(x) for x in w.counters)
+            busy, items, out_bytes, dropped = w.figures()
             alive = max(now - w.started, 1e-9)
             workers.append({"worker": w.wid, "generation": w.generation, "address": w.address,
                             "busy": round(min(1.0, busy / alive), 4), "items": int(items),
@@ -333,10 +428,16 @@ class DataService:
         waits = [c["wait"] for c in consumers if c["received"]]
         bottleneck = None if not waits else ("pool" if sum(waits) / len(waits) > 0.5
                                              else "consumers")
-        return {"address": self.address, "instance": self.instance, "datapoints": self._n,
+        jobs = {name or "": p.config() for name, p in self._pipelines.items()
+                if p.source is not None}
+        autotune = self._scaler.controller.state() if self._scaler is not None else None
+        return {"address": self.address, "instance": self.instance,
+                "backend": self.backend, "datapoints": jobs.get("", {}).get("n", 0),
                 "seed": self.seed, "shuffle": self.shuffle, "uptime": round(elapsed, 3),
+                "jobs": {k: v for k, v in jobs.items() if k},
                 "num_workers": len(workers), "workers": workers, "consumers": consumers,
-                "restarts": self._restarts,
+                "restarts": self._pool.restarts if self._pool is not None else 0,
+                "autotune": autotune,
                 "dropped": self._dropped + sum(w["dropped"] for w in workers),
                 "bytes_out": sum(w["bytes_out"] for w in workers), "bottleneck": bottleneck,
                 "dispatcher_cpu_seconds": round(self._dispatch_cpu, 4)}

@@ -1,67 +1,109 @@
-"""A service worker: one process that maps the dataset indices consumers ask it for.
+"""A service worker: it maps the dataset indices consumers ask it for.
 
 It binds its own ZeroMQ ROUTER socket (on the service's host, a free port; on Linux, for a
-loopback service, an abstract Unix socket, which leaves no file behind and skips TCP; reported
-to the service through a pipe) and answers every consumer directly: results never pass through the
-dispatcher. Requests from several consumers are served in turn, one item from each consumer
-with work waiting (a fair share for every job and rank). Each item is ``map_func(ds[index])``
-with its random draws keyed by ``(epoch, position)`` and the service's seed, as in the parallel
-mappers (:class:`dataflow.rng.InputScope`).
+loopback service, an abstract Unix socket, which leaves no file behind and skips TCP) and
+answers every consumer directly: results never pass through the dispatcher. Requests from
+several consumers are served in turn, one item from each consumer with work waiting (a fair
+share for every job and rank). Each item is ``map_func(ds[index])`` of the pipeline the request
+names, with its random draws keyed by ``(epoch, position)`` and that pipeline's seed, as in the
+parallel mappers (:class:`dataflow.rng.InputScope`).
+
+A consumer on this machine may name a shared ring (``"ring"``: a segment it created in
+``/dev/shm``, see :class:`dataflow.parallel.shared_memory.Ring`) in its requests: the worker
+maps it (and unlinks the name) and copies the arrays of its answers there instead of sending
+them through the socket, one copy each way and no kernel buffers. An answer that does not fit
+the ring now travels in the socket as usual. A ring unused for :data:`RING_IDLE` seconds is
+unmapped; a consumer that comes back finds the answer flagged ``"nr"`` and makes a new one.
+
+:func:`serve` is the loop itself (a Ray actor runs it in a thread); :func:`worker_main` is
+the entry point of a worker process.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
+import threading
 import time
 import traceback
+from collections.abc import Callable, MutableSequence
 from typing import Any
 
 from dataflow import rng as _rng
 from dataflow.parallel._bootstrap import worker_bootstrap
+from dataflow.parallel.shared_memory import SHM_DIR, Ring
 from dataflow.service import protocol
 
-__all__ = ["worker_main"]
+__all__ = ["bind", "serve", "worker_main"]
 
 #: how long a worker waits for requests before looking at its stop flag again
 POLL_MS = 100
+#: seconds after which the shared ring of a consumer that asked nothing is unmapped
+RING_IDLE = 300.0
 
 
-def worker_main(worker_id: int, parent: tuple, source: Any, map_func: Any,
-                inputs: tuple[int, tuple[int, ...]], host: str, token: str, report: Any,
-                counters: Any) -> None:
-    """Serve map requests until the service stops (it kills its workers; a worker also ends
-    when the service's process is gone). ``report`` is a pipe end that receives this worker's
-    address once it listens; ``counters`` a shared array: busy seconds, items, bytes out,
-    dropped messages."""
+def bind(host: str) -> tuple[Any, str]:
+    """A ROUTER socket listening on ``host`` (``ipc://@name``: an abstract Unix socket,
+    made unique by this process's id and a counter), and its address."""
     import zmq
 
-    worker_bootstrap(worker_id, parent, dispatch_globals=True)
-    ctx: Any = zmq.Context.instance()
-    sock = ctx.socket(zmq.ROUTER)
+    sock: Any = zmq.Context.instance().socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-    if host.startswith("ipc://"):  # (a loopback service on Linux: an abstract Unix socket)
-        address = f"{host}-{os.getpid()}"
+    if host.startswith("ipc://"):
+        address = f"{host}-{os.getpid()}-{next(_names)}"
         sock.bind(address)
     else:
         address = f"tcp://{host}:{sock.bind_to_random_port(f'tcp://{host}')}"
+    return sock, address
+
+
+_names = iter(range(1 << 62))
+
+
+def worker_main(worker_id: int, parent: tuple, pipelines: dict[str, tuple], host: str,
+                token: str, report: Any, counters: Any) -> None:
+    """A worker process: serve until the service stops (it kills its workers; a worker also
+    ends when the service's process is gone). ``report`` is a pipe end that receives this
+    worker's address once it listens."""
+    worker_bootstrap(worker_id, parent, dispatch_globals=True)
+    sock, address = bind(host)
     report.send(address)
     report.close()
-    scope = _rng.InputScope(*inputs)
+    serve(sock, worker_id, pipelines, token, counters)
+
+
+def _open_ring(name: Any) -> Ring | None:
+    if not isinstance(name, str) or "/" in name or not name.startswith("dataflow-"):
+        return None
+    try:
+        return Ring.attach(os.path.join(SHM_DIR, name))
+    except (OSError, ValueError):
+        return None
+
+
+def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
+          counters: MutableSequence[float], stop: threading.Event | None = None,
+          on_item: Callable[[], None] | None = None) -> None:
+    """Answer map requests on ``sock`` until ``stop`` is set (never, for a process worker).
+    ``pipelines``: job name -> ``(source, map_func, (entropy, spawn key) of its inputs)``;
+    ``counters``: busy seconds, items, bytes out, dropped messages (updated in place)."""
+    import zmq
+
+    scopes = {name: _rng.InputScope(*inputs) for name, (_s, _f, inputs) in pipelines.items()}
     queues: dict[bytes, collections.deque] = {}
     order: collections.deque[bytes] = collections.deque()  # consumers with work, in turn
+    rings: dict[bytes, tuple[str, Ring | None, float]] = {}  # ident -> (name, ring, last use)
     poller = zmq.Poller()
     poller.register(sock, zmq.POLLIN)
 
-    def take(block: bool) -> None:
-        flags = 0 if block else zmq.NOBLOCK
+    def take() -> None:
         while True:
             try:
-                frames = sock.recv_multipart(flags)
+                frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            flags = zmq.NOBLOCK
             if len(frames) != 2:
                 counters[3] += 1
                 continue
@@ -69,12 +111,21 @@ def worker_main(worker_id: int, parent: tuple, source: Any, map_func: Any,
             try:
                 msg = protocol.decode(frame)
                 items = msg.get("items") if msg["op"] == "map" else None
-                if not protocol.token_ok(msg, token) or not isinstance(items, list):
+                job = msg.get("j", "")
+                if not protocol.token_ok(msg, token) or not isinstance(items, list) \
+                        or job not in pipelines:
                     raise ValueError("refused")
-                checked = [(int(e), int(p), int(i)) for e, p, i in items]
+                checked = [(job, int(e), int(p), int(i)) for e, p, i in items]
             except (ValueError, TypeError, KeyError):
                 counters[3] += 1
                 continue
+            ring_name = msg.get("ring")
+            if ring_name is not None:
+                known = rings.get(ident)
+                if known is None or known[0] != ring_name:
+                    if known is not None and known[1] is not None:
+                        known[1].close()
+                    rings[ident] = (ring_name, _open_ring(ring_name), time.monotonic())
             q = queues.get(ident)
             if q is None:
                 q = queues[ident] = collections.deque()
@@ -82,26 +133,44 @@ def worker_main(worker_id: int, parent: tuple, source: Any, map_func: Any,
                 order.append(ident)
             q.extend(checked)
 
-    while True:
+    last_sweep = time.monotonic()
+    while stop is None or not stop.is_set():
         if not order and not poller.poll(POLL_MS):
+            now = time.monotonic()
+            if now - last_sweep > RING_IDLE / 10:
+                last_sweep = now
+                for ident, (_name, ring, used) in list(rings.items()):
+                    if now - used > RING_IDLE:
+                        del rings[ident]
+                        if ring is not None:
+                            ring.close()
             continue
-        take(block=False)
+        take()
         if not order:
             continue
         ident = order.popleft()
         q = queues[ident]
-        epoch, pos, index = q.popleft()
+        job, epoch, pos, index = q.popleft()
         if q:
             order.append(ident)  # (its next item after the other consumers' turn)
         else:
             del queues[ident]
+        source, map_func, _inputs = pipelines[job]
+        scope = scopes[job]
+        ring_entry = rings.get(ident)
+        ring = None
+        if ring_entry is not None:
+            ring = ring_entry[1]
+            rings[ident] = (ring_entry[0], ring, time.monotonic())
         start = time.perf_counter()
         _rng.set_input_scope(scope)
         scope.begin(epoch, pos)
         try:
             out = {"op": "out", "e": epoch, "p": pos, "r": map_func(source.get(index))}
+            if ring_entry is not None and ring is None:
+                out["nr"] = 1  # (the ring it named could not be mapped: it may make another)
             try:
-                frames = protocol.encode_frames(out)
+                frames = protocol.encode_frames(out, ring)
             except TypeError as e:
                 raise TypeError(
                     f"the output of map_func for index {index} cannot be sent to consumers "
@@ -118,3 +187,9 @@ def worker_main(worker_id: int, parent: tuple, source: Any, map_func: Any,
         counters[1] += 1
         counters[2] += sum(memoryview(f).nbytes for f in frames)
         sock.send_multipart([ident, *frames], copy=False)
+        if on_item is not None:
+            on_item()
+    for _name, ring, _used in rings.values():
+        if ring is not None:
+            with contextlib.suppress(Exception):
+                ring.close()
