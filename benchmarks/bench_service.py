@@ -154,7 +154,7 @@ def _bench(args: argparse.Namespace, path: str) -> None:
             now = time.monotonic()
             gap, last, k = max(gap, now - last), now, k + 1
             if k == 100:
-                os.kill(svc._workers[0].proc.pid, signal.SIGKILL)
+                os.kill(svc.worker_pids()[0], signal.SIGKILL)
         c.close()
     print(f"4. a worker SIGKILLed mid-epoch: {k} of {args.images} outputs, longest stall "
           f"{gap:.2f} s; first batch {ours[2]:.2f} s")

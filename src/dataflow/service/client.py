@@ -322,23 +322,36 @@ class ServiceData(EpochCounter, DataFlow):
     def _take(self, frames: list[Any], epoch: int, where: dict, ready: dict, load: dict,
               key: str) -> None:
         ring = self._rings.get(key)
+        released = ring[1].tail[0] if ring is not None else 0
         try:
             msg = protocol.decode_frames(frames, ring[1] if ring is not None else None)
         except ValueError:
             return
+        # bytes in: the frames, and what the answer's arrays took in the shared ring
+        self._bytes += sum(len(f) for f in frames)
+        if ring is not None:
+            self._bytes += ring[1].tail[0] - released
         if msg.get("nr") and ring is not None:
             self._new_ring(key)  # (the worker let the ring go: it was unused for long)
-        if msg.get("e") != epoch or msg.get("p") not in where:
-            return  # (an answer to a question asked again elsewhere, or of another epoch)
-        p = msg["p"]
-        w, _ = where.pop(p)
-        load[w] = max(0, load.get(w, 0) - 1)
         if msg["op"] == "err":
-            raise WorkerError(str(msg.get("type")), str(msg.get("message")),
-                              str(msg.get("traceback", "")), msg.get("worker"), p,
-                              "DataService")
-        self._bytes += sum(len(f) for f in frames)
-        ready[p] = msg["r"]
+            p = msg.get("p")
+            if msg.get("e") == epoch and p in where:
+                raise WorkerError(str(msg.get("type")), str(msg.get("message")),
+                                  str(msg.get("traceback", "")), msg.get("worker"), p,
+                                  "DataService")
+            return
+        outs = msg.get("o")
+        if msg["op"] != "out" or not isinstance(outs, list):
+            return
+        for item in outs:
+            if not isinstance(item, list) or len(item) != 3:
+                continue
+            e, p, result = item
+            if e != epoch or p not in where:
+                continue  # (an answer to a question asked again elsewhere, or of another epoch)
+            w, _ = where.pop(p)
+            load[w] = max(0, load.get(w, 0) - 1)
+            ready[p] = result
 
     def _report(self, now: float) -> None:
         self._send_ctl({"op": "report", "received": self._received, "waited": self._waited,

@@ -12,8 +12,12 @@ that a worker was replaced or that the service restarted), ``report`` (the consu
 figures, for ``stats()``), ``stats``.
 
 Consumer -> worker (a DEALER to the worker's ROUTER): ``map`` with ``items``, a list of
-``[epoch, position, index]``. The worker answers each item with ``{"op": "out", "e", "p", "r"}``
-(the result) or ``{"op": "err", "e", "p", "type", "message", "traceback"}``.
+``[epoch, position, index]``, ``j`` (the job whose pipeline maps them; ``""``: the service's
+own) and, from a consumer on the worker's machine, ``ring`` (the name of the shared ring it
+made for this worker's answers). The worker answers with ``{"op": "out", "o": [[epoch,
+position, result], ...]}`` (the results of one turn: several items) or, for an item that
+failed, ``{"op": "err", "e", "p", "type", "message", "traceback"}``. Arrays of the results
+travel as frames of their own, or in the consumer's ring (:func:`encode_frames`).
 
 Dispatcher -> consumers, when the service closes: ``closed``.
 """

@@ -5,7 +5,9 @@ each rank receives at each step), the **pool** (:mod:`dataflow.service.pool`: wo
 its own socket, answering consumers directly; local processes or Ray actors), and the
 **dispatcher** (a thread of the service's process with a ROUTER socket at ``address``: it tells
 consumers each job's dataset length, seed and the workers' addresses, has the pool replace a
-worker that dies, sizes the pool when ``num_workers="auto"``, and gathers figures).
+worker that dies, sizes the pool when ``num_workers="auto"``, and gathers figures). With
+``backend="ray"`` that process is a Ray actor, and the driver's object forwards to it (see
+:mod:`dataflow.service.ray_pool`).
 The dispatcher keeps no epoch state: each consumer computes its own positions from the plan
 and asks the workers for them, so a consumer's position is the truth, a restarted dispatcher
 needs no journal, and a worker that dies loses nothing (its consumers ask another for what it
@@ -80,7 +82,8 @@ class _Scaler:
     process. A window in which no consumer received anything decides nothing."""
 
     def __init__(self, pool: Any, maximum: int) -> None:
-        self.pool, self.share = pool, default_share()
+        # (a Ray pool's budget is its cluster's CPUs, not this process's)
+        self.pool, self.share = pool, getattr(pool, "share", None) or default_share()
         self.controller = Controller(1, maximum, 1)
         self.controller.skip_window()
         self.share.claim(self, 1, 1.0)
@@ -213,6 +216,8 @@ class DataService:
         self._dispatch_cpu = 0.0
         self._started_at = 0.0
         self._closed = False
+        self._remote: Any = None  # backend="ray": the dispatcher actor (ray_pool.RemoteService)
+        self._hosted = False  # True in that actor: the dispatcher runs in this process
         register(self)
 
     # ---- life cycle ----------------------------------------------------------------------------
@@ -221,7 +226,13 @@ class DataService:
         """Read what must be read of the pipelines' sources, start the workers and the
         dispatcher; returns the service (its :attr:`address` is the real one from now on).
         Idempotent."""
-        if self._thread is not None:
+        if self._thread is not None or self._remote is not None:
+            return self
+        if self.backend == "ray" and not self._hosted:
+            from dataflow.service.ray_pool import RemoteService
+
+            self._remote = RemoteService(self)  # (starts this service in a Ray actor)
+            self.address = self._remote.address
             return self
         for p in self._pipelines.values():
             p.load()
@@ -273,6 +284,8 @@ class DataService:
 
     def worker_pids(self) -> list[int]:
         """The process ids of the workers (of a process pool; tests and benchmarks kill them)."""
+        if self._remote is not None:
+            return self._remote.pids()
         with self._lock:
             return self._pool.pids() if self._pool is not None else []
 
@@ -281,6 +294,8 @@ class DataService:
         if self._closed:
             return
         self._closed = True
+        if self._remote is not None:
+            self._remote.close()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
@@ -404,6 +419,8 @@ class DataService:
         its wait fraction and rate; restarts, dropped messages, and which side is the
         bottleneck (``"pool"`` when consumers wait for more than half of their time,
         ``"consumers"`` otherwise)."""
+        if self._remote is not None:
+            return self._remote.stats()
         now = time.monotonic()
         elapsed = max(now - self._started_at, 1e-9) if self._started_at else 0.0
         workers: list[dict[str, Any]] = []

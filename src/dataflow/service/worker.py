@@ -41,6 +41,10 @@ __all__ = ["bind", "serve", "worker_main"]
 POLL_MS = 100
 #: seconds after which the shared ring of a consumer that asked nothing is unmapped
 RING_IDLE = 300.0
+#: items of one consumer mapped in a turn and answered in one message (a turn of each
+#: consumer with work waiting, in order: fair shares; one message for several items: fewer
+#: wake-ups of both sides)
+TURN = 4
 
 
 def bind(host: str) -> tuple[Any, str]:
@@ -72,6 +76,46 @@ def worker_main(worker_id: int, parent: tuple, pipelines: dict[str, tuple], host
     report.send(address)
     report.close()
     serve(sock, worker_id, pipelines, token, counters)
+
+
+def _error(e: Exception, epoch: int, pos: int, index: int, worker_id: int) -> list[Any]:
+    return protocol.encode_frames({
+        "op": "err", "e": epoch, "p": pos, "type": type(e).__name__, "message": str(e),
+        "traceback": traceback.format_exc(), "worker": worker_id, "index": index})
+
+
+def _answers(outs: list[list], ring: Any, worker_id: int, extra: dict[str, Any]
+             ) -> list[list[Any]]:
+    """The messages (frames each) that answer ``outs`` (``[epoch, position, result, index]``
+    each): one ``out`` message; if a result cannot be encoded, one message per item, an
+    error naming the result's type for each one that cannot."""
+    try:
+        return [protocol.encode_frames({"op": "out", "o": [o[:3] for o in outs], **extra},
+                                       ring)]
+    except TypeError:
+        pass
+    msgs: list[list[Any]] = []
+    for epoch, pos, result, index in outs:
+        try:
+            msgs.append(protocol.encode_frames({"op": "out", "o": [[epoch, pos, result]],
+                                                **extra}, ring))
+        except TypeError as e:
+            msgs.append(protocol.encode_frames({
+                "op": "err", "e": epoch, "p": pos, "type": "TypeError", "message": (
+                    f"the output of map_func for index {index} cannot be sent to consumers "
+                    f"({e}); map_func must return lists, dicts, numbers, strings, bytes and "
+                    f"NumPy arrays (got a {type(result).__name__})"), "traceback": "",
+                "worker": worker_id, "index": index}))
+    return msgs
+
+
+def _send(sock: Any, ident: bytes, msgs: list[list[Any]],
+          counters: MutableSequence[float]) -> None:
+    for frames in msgs:
+        counters[2] += sum(memoryview(f).nbytes for f in frames)
+        # (small frames are copied: a zero-copy frame costs a hand-over to ZeroMQ's freeing
+        # thread; the arrays of a consumer on this machine went into its ring)
+        sock.send_multipart([ident, *frames], copy=len(frames) == 1)
 
 
 def _open_ring(name: Any) -> Ring | None:
@@ -150,43 +194,35 @@ def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
             continue
         ident = order.popleft()
         q = queues[ident]
-        job, epoch, pos, index = q.popleft()
+        batch = [q.popleft() for _ in range(min(TURN, len(q)))]
         if q:
-            order.append(ident)  # (its next item after the other consumers' turn)
+            order.append(ident)  # (its next items after the other consumers' turn)
         else:
             del queues[ident]
-        source, map_func, _inputs = pipelines[job]
-        scope = scopes[job]
         ring_entry = rings.get(ident)
         ring = None
         if ring_entry is not None:
             ring = ring_entry[1]
             rings[ident] = (ring_entry[0], ring, time.monotonic())
         start = time.perf_counter()
-        _rng.set_input_scope(scope)
-        scope.begin(epoch, pos)
-        try:
-            out = {"op": "out", "e": epoch, "p": pos, "r": map_func(source.get(index))}
-            if ring_entry is not None and ring is None:
-                out["nr"] = 1  # (the ring it named could not be mapped: it may make another)
+        outs: list[list] = []
+        for job, epoch, pos, index in batch:
+            source, map_func, _inputs = pipelines[job]
+            scope = scopes[job]
+            _rng.set_input_scope(scope)
+            scope.begin(epoch, pos)
             try:
-                frames = protocol.encode_frames(out, ring)
-            except TypeError as e:
-                raise TypeError(
-                    f"the output of map_func for index {index} cannot be sent to consumers "
-                    f"({e}); map_func must return lists, dicts, numbers, strings, bytes and "
-                    f"NumPy arrays (got a {type(out['r']).__name__})") from None
-        except Exception as e:  # the consumer raises it as a WorkerError
-            frames = protocol.encode_frames({
-                "op": "err", "e": epoch, "p": pos, "type": type(e).__name__,
-                "message": str(e), "traceback": traceback.format_exc(), "worker": worker_id,
-                "index": index})
-        finally:
-            _rng.set_input_scope(None)
+                outs.append([epoch, pos, map_func(source.get(index)), index])
+            except Exception as e:  # the consumer raises it as a WorkerError
+                _send(sock, ident, [_error(e, epoch, pos, index, worker_id)], counters)
+            finally:
+                _rng.set_input_scope(None)
+        if outs:
+            # (the ring it named could not be mapped: it may make another)
+            extra = {"nr": 1} if ring_entry is not None and ring is None else {}
+            _send(sock, ident, _answers(outs, ring, worker_id, extra), counters)
         counters[0] += time.perf_counter() - start
-        counters[1] += 1
-        counters[2] += sum(memoryview(f).nbytes for f in frames)
-        sock.send_multipart([ident, *frames], copy=False)
+        counters[1] += len(batch)
         if on_item is not None:
             on_item()
     for _name, ring, _used in rings.values():
