@@ -1,0 +1,455 @@
+"""``DataService(backend="ray")``: the dispatcher and the workers as Ray actors on a cluster.
+
+**The dispatcher actor.** ``DataService(..., backend="ray").start()`` in the driver connects to
+Ray (``ray_address``, see :func:`dataflow.ray._session.acquire_ray`) and starts one actor,
+:class:`_ServiceHost`, that holds an ordinary :class:`~dataflow.service.DataService` built from
+the same arguments (marked as *hosted*) and starts it there: its dispatcher thread, its ROUTER at
+``address`` and its pool, a :class:`RayPool`, all live in that actor's process. The driver's
+object keeps only a :class:`RemoteService`, which forwards ``address``, ``stats()``,
+``worker_pids()`` and ``close()`` to the actor. So the dispatcher is the same code for both
+back ends (one dispatcher, two pools), and the driver (a trainer) spends no CPU on it.
+
+The dispatcher actor takes no CPU of the cluster (``num_cpus=0``) and runs on the driver's own
+node: ``address`` then means what it means for ``backend="process"`` (a loopback address is
+this machine's loopback interface, where this machine's consumers connect). The worker actors
+are its children in Ray's terms (it created them): if it dies, Ray ends them too, and if the
+driver dies, Ray ends the dispatcher actor. The driver takes no part in serving: consumers talk
+to the dispatcher and the workers directly, as for local processes (a dispatcher actor that
+was lost shows in the driver's next ``stats()``, a ``RuntimeError``, and in the consumers,
+which time out).
+
+**The workers.** Each worker is a :class:`_WorkerActor` (one CPU; threaded, so that a method
+answers while another runs), placed by Ray's ``"SPREAD"`` strategy (each new actor on the node
+with the fewest). Its ``run()`` is the worker: it binds a ROUTER with
+:func:`dataflow.service.worker.bind` and serves with :func:`dataflow.service.worker.serve` until
+it is stopped; ``where()`` answers the address it listens at (with its process id and node),
+``figures()`` its counters (busy seconds, items, bytes out, dropped messages). A worker of a
+loopback service listens on that loopback address, so its actors go only to the nodes of the
+dispatcher's machine (all the nodes of a one-machine cluster); a worker of a service on any
+other address listens on its node's IP address.
+
+**Nothing blocks the dispatcher.** The dispatcher calls :meth:`RayPool.check` every
+``MONITOR_INTERVAL``; it never waits for an actor: one ``ray.wait(..., timeout=0)`` looks at
+every pending call. Each actor's ``run()`` call stays pending while the actor lives; when it
+resolves (always with an error: the actor was killed, or its process or node was lost), the
+pool replaces the worker with a new generation of the same slot, away from the lost node if
+that node's raylet does not answer any more (Ray declares a node dead only seconds later, and
+would place actors there until then). Ray reports the lost actor of a killed process or node in
+about a second (its pending calls fail when their connection closes; a machine that vanishes
+without closing its connections is noticed by Ray's own health checks of its nodes), then
+consumers learn from their next heartbeat that the worker is gone and ask the others. Figures
+are fetched in the background, at most one call in flight per worker: ``PoolWorker.figures()``
+is the last answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from dataflow import rng as _rng
+from dataflow.service import protocol
+from dataflow.service.pool import PoolWorker, WorkerSpec
+
+__all__ = ["RayPool", "RemoteService"]
+
+logger = logging.getLogger("dataflow.service")
+
+#: seconds between two reads of a worker's figures
+FIGURES_INTERVAL = 0.25
+#: seconds an actor's ``where()`` waits for its socket (its ``run()`` binds it)
+BIND_TIMEOUT = 60.0
+#: seconds the driver waits for the dispatcher actor to start serving (it waits up to
+#: ``WORKER_START_TIMEOUT``, 60 s, for its workers)
+START_TIMEOUT = 120.0
+#: seconds the driver waits for an answer of the dispatcher actor (``stats()``, ``close()``)
+CALL_TIMEOUT = 30.0
+#: seconds ``close()`` waits for killed actors to be gone
+CLOSE_TIMEOUT = 10.0
+#: seconds the pool waits for the raylet of a lost worker's node to accept a connection
+NODE_PROBE_TIMEOUT = 0.5
+#: seconds between two reads of the cluster's nodes for :meth:`RayPool.cpus`
+CPUS_INTERVAL = 5.0
+#: Ray's label of a node's id, for keeping new actors off (or on) some nodes
+NODE_LABEL = "ray.io/node-id"
+
+
+def _ray() -> Any:
+    from dataflow.ray._session import import_ray
+
+    return import_ray()
+
+
+# ---- the actors ---------------------------------------------------------------------------------
+
+
+class _WorkerActor:
+    """One worker of a service (see the module's docstring): ``run()`` serves until
+    ``stop()``; ``where()`` and ``figures()`` answer from other threads meanwhile."""
+
+    def __init__(self, worker_id: int, pipelines: dict[str, tuple], host: str, token: str,
+                 global_seed: int | None) -> None:
+        self.worker_id, self.pipelines, self.host, self.token = worker_id, pipelines, host, token
+        self.global_seed = global_seed
+        self.counters = [0.0, 0.0, 0.0, 0.0]  # busy seconds, items, bytes out, dropped
+        self.stopping = threading.Event()
+        self.bound = threading.Event()
+        self.address: str | None = None
+        self.error: str | None = None
+
+    def run(self) -> None:
+        from dataflow.ray._session import worker_setup
+        from dataflow.service.worker import bind, serve
+
+        try:
+            # (the worker id and the input scopes live in the thread that maps: this one)
+            worker_setup(self.worker_id, self.global_seed, None, dispatch_globals=True)
+            host = self.host
+            if not protocol.is_loopback(host):
+                host = _ray().util.get_node_ip_address()
+            sock, self.address = bind(host)
+        except BaseException as e:
+            self.error = f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            self.bound.set()
+        try:
+            serve(sock, self.worker_id, self.pipelines, self.token, self.counters,
+                  self.stopping)
+        finally:
+            sock.close(linger=0)
+
+    def where(self) -> tuple[str, int, str]:
+        """``(address, process id, node id)`` once ``run()`` listens."""
+        if not self.bound.wait(BIND_TIMEOUT) or self.address is None:
+            raise RuntimeError(f"service worker {self.worker_id} could not listen on "
+                               f"{self.host}: {self.error or 'it did not start'}")
+        return self.address, os.getpid(), _ray().get_runtime_context().get_node_id()
+
+    def figures(self) -> list[float]:
+        return list(self.counters)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+
+class _ServiceHost:
+    """The dispatcher actor: a :class:`~dataflow.service.DataService` started in this actor
+    (with a :class:`RayPool`), and what the driver's object forwards to it. ``lifetime()``
+    returns never: the driver waits on it to know that the actor is gone."""
+
+    def __init__(self, arguments: dict[str, Any], global_seed: int | None) -> None:
+        from dataflow.service.server import DataService
+
+        if _rng.get_seed() != global_seed:  # (the driver's, as a process worker inherits it)
+            _rng.set_seed(global_seed)
+        self.service = DataService(**arguments)
+        self.service._hosted = True  # (its dispatcher runs here, not in another actor)
+
+    def start(self) -> str:
+        self.service.start()
+        assert self.service.address is not None
+        return self.service.address
+
+    def stats(self) -> dict[str, Any]:
+        return self.service.stats()
+
+    def pids(self) -> list[int]:
+        return self.service.worker_pids()
+
+    def close(self) -> None:
+        self.service.close()
+
+    def lifetime(self) -> None:
+        threading.Event().wait()
+
+
+# ---- the driver's side --------------------------------------------------------------------------
+
+
+def _arguments(service: Any) -> dict[str, Any]:
+    """The arguments of a :class:`~dataflow.service.DataService` that make the same service
+    (its resolved token: the actor's environment may not hold the variable)."""
+    jobs = {name: {"ds": p.ds, "map_func": p.map_func, "seed": p.seed, "shuffle": p.shuffle}
+            for name, p in service._pipelines.items() if name}
+    return {"ds": service.ds, "map_func": service.map_func,
+            "num_workers": "auto" if service.auto else service.num_workers,
+            "backend": "ray", "address": service._requested, "seed": service.seed,
+            "shuffle": service.shuffle, "token": service.token, "jobs": jobs or None}
+
+
+class RemoteService:
+    """The driver's handle of a service whose dispatcher is a :class:`_ServiceHost` actor on
+    the driver's node: starts it (connecting to Ray first), forwards calls, closes it."""
+
+    def __init__(self, service: Any) -> None:
+        from dataflow.ray._session import acquire_ray
+
+        ray = self._ray = _ray()
+        cpus = 1 if service.auto else service.num_workers
+        self._owned = acquire_ray(service.ray_address, cpus)
+        self.actor: Any = None
+        self._life: Any = None
+        self.address: str | None = None
+        try:
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
+                                                  soft=False)
+            cls = ray.remote(_ServiceHost).options(
+                num_cpus=0, max_concurrency=4, max_restarts=0, max_task_retries=0,
+                scheduling_strategy=here)
+            self.actor = cls.remote(_arguments(service), _rng.get_seed())
+            self._life = self.actor.lifetime.remote()
+            self.address = self._call("start", START_TIMEOUT)
+        except BaseException:
+            self.close()
+            raise
+
+    def _call(self, method: str, timeout: float) -> Any:
+        """The answer of the dispatcher actor's ``method``; its own error raised as is."""
+        ray = self._ray
+        ref = getattr(self.actor, method).remote()
+        try:
+            return ray.get(ref, timeout=timeout)
+        except ray.exceptions.GetTimeoutError:
+            raise RuntimeError(f"DataService: its dispatcher actor did not answer {method}() "
+                               f"within {timeout:g} s") from None
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, Exception):
+                raise cause from None
+            raise
+        except ray.exceptions.RayActorError as e:
+            raise RuntimeError(f"DataService: its dispatcher actor is gone (its node or "
+                               f"process was lost): {e}") from None
+
+    def stats(self) -> dict[str, Any]:
+        return dict(self._call("stats", CALL_TIMEOUT))
+
+    def pids(self) -> list[int]:
+        return list(self._call("pids", CALL_TIMEOUT))
+
+    def close(self) -> None:
+        """Close the hosted service (it tells its consumers and stops its workers), then end
+        the actor and wait until it is gone; leave Ray if this service joined it."""
+        from dataflow.ray._session import release_ray
+
+        ray, actor, self.actor = self._ray, self.actor, None
+        if actor is not None and ray.is_initialized():
+            with contextlib.suppress(Exception):
+                ray.get(actor.close.remote(), timeout=CALL_TIMEOUT)
+            with contextlib.suppress(Exception):
+                ray.kill(actor, no_restart=True)
+            with contextlib.suppress(Exception):
+                ray.wait([self._life], timeout=CLOSE_TIMEOUT)
+        owned, self._owned = self._owned, False
+        release_ray(owned)
+
+
+# ---- the pool (in the dispatcher actor) ---------------------------------------------------------
+
+
+class _ActorWorker(PoolWorker):
+    """A worker actor as the dispatcher sees it, with the pool's pending calls to it."""
+
+    def __init__(self, wid: int, generation: int, actor: Any) -> None:
+        super().__init__(wid, generation)
+        self.actor = actor
+        self.run_ref = actor.run.remote()
+        self.where_ref: Any = actor.where.remote()
+        self.figures_ref: Any = None
+        self.figures_at = 0.0
+        self.last = (0.0, 0.0, 0.0, 0.0)
+        self.pid: int | None = None
+        self.node: str | None = None
+        self.error: str | None = None
+
+    def figures(self) -> tuple[float, float, float, float]:
+        return self.last
+
+
+class _ClusterShare:
+    """The CPU budget of ``num_workers="auto"`` for a Ray pool: the cluster's CPUs (not this
+    process's cores, which the process pool shares with the autotuned stages)."""
+
+    def __init__(self, pool: RayPool) -> None:
+        self.pool = pool
+
+    def claim(self, owner: object, workers: int, per_worker: float) -> None:
+        pass
+
+    def release(self, owner: object) -> None:
+        pass
+
+    def maximum(self, owner: object, per_worker: float) -> int:
+        return max(1, int(self.pool.cpus() / per_worker))
+
+
+class RayPool:
+    """The workers of a service as Ray actors; the view :class:`ProcessPool` gives the
+    dispatcher (see the module's docstring). Made in the dispatcher actor; ``address``: the
+    cluster to join when Ray is not initialized in this process yet."""
+
+    #: the kind of pool, as ``stats()`` names it
+    backend = "ray"
+
+    def __init__(self, spec: WorkerSpec, address: str | None = None) -> None:
+        from dataflow.ray._session import acquire_ray
+
+        ray = self._ray = _ray()
+        self.spec = spec
+        self._owned = acquire_ray(address, 1)
+        self._pipelines = ray.put(spec.pipelines)  # (once in the object store, for every actor)
+        self._seed = _rng.get_seed()
+        self._ip = ray.util.get_node_ip_address()
+        self._local = protocol.is_loopback(spec.host)
+        self._cls = ray.remote(_WorkerActor)
+        self._down: set[str] = set()  # nodes of lost workers whose raylet did not answer
+        self._workers: list[_ActorWorker] = []
+        self._cpus: tuple[float, int] = (-CPUS_INTERVAL, 1)  # (read at, CPUs)
+        self.restarts = 0
+        self.share = _ClusterShare(self)
+
+    # ---- placement ---------------------------------------------------------------------------
+
+    def _nodes(self) -> list[dict[str, Any]]:
+        """The living nodes with CPUs where this pool's workers may go."""
+        nodes = [n for n in self._ray.nodes()
+                 if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+        if self._local:  # (this machine's nodes: where a loopback address is reachable)
+            nodes = [n for n in nodes if n.get("NodeManagerAddress") == self._ip]
+        return nodes
+
+    def _options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"num_cpus": 1, "max_concurrency": 4, "max_restarts": 0,
+                                   "max_task_retries": 0, "scheduling_strategy": "SPREAD"}
+        if not self._local and not self._down:
+            return options  # (any node)
+        alive = [n for n in self._ray.nodes() if n.get("Alive")]
+        keep = [n["NodeID"] for n in self._nodes() if n["NodeID"] not in self._down]
+        if len(keep) < len(alive):
+            if not keep:  # (none left: wait for this node's CPUs rather than go elsewhere)
+                keep = [self._ray.get_runtime_context().get_node_id()]
+            options["label_selector"] = {NODE_LABEL: f"in({','.join(sorted(keep))})"}
+        return options
+
+    def cpus(self) -> int:
+        """The CPUs of the nodes this pool may use (for ``num_workers="auto"``), read at most
+        every :data:`CPUS_INTERVAL` seconds."""
+        now = time.monotonic()
+        if now - self._cpus[0] >= CPUS_INTERVAL:
+            with contextlib.suppress(Exception):
+                total = sum(n["Resources"]["CPU"] for n in self._nodes())
+                self._cpus = (now, max(1, int(total)))
+        return self._cpus[1]
+
+    def _spawn(self, wid: int, generation: int) -> _ActorWorker:
+        actor = self._cls.options(**self._options()).remote(
+            wid, self._pipelines, self.spec.host, self.spec.token, self._seed)
+        return _ActorWorker(wid, generation, actor)
+
+    def _node_lost(self, node: str | None) -> bool:
+        """Whether the raylet of ``node`` no longer accepts connections (a node that died
+        does not, seconds before the cluster declares it dead)."""
+        from dataflow.ray._actors import _answers
+
+        if node is None:
+            return False
+        with contextlib.suppress(Exception):
+            for info in self._ray.nodes():
+                if info.get("NodeID") == node:
+                    if not info.get("Alive"):
+                        return True
+                    addr = f"{info['NodeManagerAddress']}:{info['NodeManagerPort']}"
+                    return not _answers(addr, NODE_PROBE_TIMEOUT)
+        return False
+
+    # ---- the dispatcher's view ---------------------------------------------------------------
+
+    def workers(self) -> list[PoolWorker]:
+        return list(self._workers)
+
+    def resize(self, n: int) -> None:
+        """Run ``n`` workers: start new slots, or stop the highest ones."""
+        while len(self._workers) < n:
+            self._workers.append(self._spawn(len(self._workers), 0))
+        while len(self._workers) > max(n, 0):
+            self._kill(self._workers.pop())
+
+    def check(self) -> list[PoolWorker]:
+        """Read what the workers answered (addresses, figures) without waiting; replace each
+        worker whose actor is gone. Returns the workers that were lost."""
+        ray = self._ray
+        refs = []
+        for w in self._workers:
+            refs.append(w.run_ref)
+            if w.address is None and w.where_ref is not None:
+                refs.append(w.where_ref)
+            if w.figures_ref is not None:
+                refs.append(w.figures_ref)
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0]) if refs else set()
+        lost: list[PoolWorker] = []
+        now = time.monotonic()
+        for k, w in enumerate(list(self._workers)):
+            if w.run_ref in ready:  # (run() ends only with its actor)
+                w.error = self._outcome(w.run_ref)
+                lost.append(w)
+                self._kill(w)
+                if self._node_lost(w.node):
+                    self._down.add(str(w.node))
+                self._workers[k] = self._spawn(w.wid, w.generation + 1)
+                self.restarts += 1
+                continue
+            if w.where_ref is not None and w.where_ref in ready:
+                with contextlib.suppress(ray.exceptions.RayError):  # (run() tells it too)
+                    w.address, w.pid, w.node = ray.get(w.where_ref)
+                w.where_ref = None
+            if w.figures_ref is not None and w.figures_ref in ready:
+                with contextlib.suppress(ray.exceptions.RayError):
+                    w.last = tuple(ray.get(w.figures_ref))
+                w.figures_ref = None
+            if w.figures_ref is None and w.address is not None \
+                    and now - w.figures_at >= FIGURES_INTERVAL:
+                w.figures_ref, w.figures_at = w.actor.figures.remote(), now
+        return lost
+
+    def _outcome(self, ref: Any) -> str:
+        """How a worker's ``run()`` ended (a ready ref: no wait), in a few words."""
+        from dataflow.ray._actors import describe
+
+        try:
+            self._ray.get(ref, timeout=0)
+        except Exception as e:
+            return describe(e, 200)
+        return "stopped"
+
+    def exit_code(self, w: PoolWorker) -> Any:
+        """Why a lost worker ended (Ray's error, in short)."""
+        return getattr(w, "error", None)
+
+    def pids(self) -> list[int]:
+        """The process ids of the workers that listen (on their nodes)."""
+        return [w.pid for w in self._workers if w.pid is not None]
+
+    def _kill(self, w: _ActorWorker) -> None:
+        with contextlib.suppress(Exception):
+            self._ray.kill(w.actor, no_restart=True)
+
+    def close(self) -> None:
+        """Kill every worker actor and wait (a bounded time) until they are gone."""
+        from dataflow.ray._session import release_ray
+
+        workers, self._workers = self._workers, []
+        if workers and self._ray.is_initialized():
+            for w in workers:
+                self._kill(w)
+            with contextlib.suppress(Exception):
+                self._ray.wait([w.run_ref for w in workers], num_returns=len(workers),
+                               timeout=CLOSE_TIMEOUT)
+        owned, self._owned = self._owned, False
+        release_ray(owned)
