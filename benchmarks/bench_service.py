@@ -9,20 +9,27 @@
 2. Two jobs on one pool against two separate in-process pipelines running at once.
 3. The dispatcher's own cost: CPU-seconds per 10,000 positions (the consumers' heartbeats and
    the worker addresses it serves), and from it how many trainers one dispatcher core feeds.
-4. Stalls: the longest gap between two outputs when a worker is SIGKILLed mid-epoch, and the
-   time to the first batch.
+4. Stalls, on the same pipeline: the longest gap between two outputs of a consumer when a
+   worker is SIGKILLed mid-epoch, when the service's process (dispatcher and pool) is
+   SIGKILLed and started again on its address (``python -m dataflow serve``), and the time
+   to the first output of a consumer restarted from its saved state and of three ranks that
+   take over from two; each with the count of missing and repeated outputs; and the time to
+   the first batch.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 
 import psutil
 
@@ -158,6 +165,125 @@ def _bench(args: argparse.Namespace, path: str) -> None:
         c.close()
     print(f"4. a worker SIGKILLed mid-epoch: {k} of {args.images} outputs, longest stall "
           f"{gap:.2f} s; first batch {ours[2]:.2f} s")
+    _faults(path, n)
+
+
+def make() -> DataService:
+    """The benchmark's service, for ``python -m dataflow serve bench_service:make``: the
+    LMDB at ``$BENCH_LMDB`` (its labels are the images' numbers: the outputs are counted by
+    them)."""
+    return DataService(df.LMDBSerializer.load(os.environ["BENCH_LMDB"], shuffle=False),
+                       DecodeAndAugment(), num_workers=int(os.environ.get("BENCH_WORKERS", "2")),
+                       seed=0)
+
+
+def _serve(address: str, path: str, n: int) -> subprocess.Popen:
+    env = {**os.environ, "BENCH_LMDB": path, "BENCH_WORKERS": str(n),
+           "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.abspath(__file__)),
+                                          os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "dataflow", "serve", "bench_service:make",
+                             "--address", address], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if not line.startswith("serving"):
+        raise RuntimeError(f"python -m dataflow serve did not start: {line!r}")
+    return proc
+
+
+def _counts(keys: list, want: list) -> str:
+    got, expected = Counter(keys), Counter(want)
+    missing = sum((expected - got).values())
+    repeated = sum((got - expected).values())
+    return f"{missing} missing, {repeated} repeated"
+
+
+def _faults(path: str, n: int) -> None:
+    """Stalls and counts in the faults a service survives, on the benchmark's pipeline."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    procs = [_serve(address, path, n)]
+    try:
+        ref = ServiceData(address, rank=0, world_size=1)
+        ref.reset_state()
+        want = [dp[1] for dp in ref]
+        ref.close()
+        # 4b. the service's process SIGKILLed, started again on its address
+        c = ServiceData(address, rank=0, world_size=1)
+        c.reset_state()
+        keys, gap, last, up = [], 0.0, time.monotonic(), 0.0
+        for dp in c:
+            now = time.monotonic()
+            gap, last = max(gap, now - last), now
+            keys.append(dp[1])
+            if len(keys) == 100:
+                os.kill(procs[0].pid, signal.SIGKILL)
+                procs[0].wait()
+                t0 = time.monotonic()
+                procs.append(_serve(address, path, n))
+                up = time.monotonic() - t0
+                last = time.monotonic()  # (the stall counts from the new service up)
+        c.close()
+        print(f"4b. the service's process SIGKILLed at output 100, started again on its address "
+              f"(up in {up:.2f} s): {_counts(keys, want)}, longest stall after it was up "
+              f"{gap:.2f} s")
+        # 4c. a consumer restarted from its saved state (here: a new one in this process)
+        c = ServiceData(address, rank=0, world_size=1)
+        c.reset_state()
+        head = []
+        for dp in c:
+            head.append(dp[1])
+            if len(head) == 150:
+                break
+        state = json.loads(json.dumps(c.state_dict()))
+        c.close()
+        t0 = time.monotonic()
+        again = ServiceData(address, rank=0, world_size=1)
+        again.reset_state()
+        again.load_state_dict(state)
+        it = iter(again)
+        rest = [next(it)[-1]]
+        first = time.monotonic() - t0
+        rest.extend(dp[1] for dp in it)
+        again.close()
+        print(f"4c. a consumer restarted from its state: first output {first:.2f} s after it "
+              f"started, {_counts(head + rest, want)}")
+        # 4d. two ranks saved at the same step, three take over
+        old = [ServiceData(address, rank=r, world_size=2) for r in range(2)]
+        before = []
+        for c in old:
+            c.reset_state()
+            for k, dp in enumerate(c, 1):
+                before.append(dp[1])
+                if k == 60:
+                    break
+        states = [c.state_dict() for c in old]
+        for c in old:
+            c.close()
+        t0 = time.monotonic()
+        new = [ServiceData(address, rank=r, world_size=3) for r in range(3)]
+        firsts, after = [], []
+        for c in new:
+            c.reset_state()
+            c.load_state_dict(states[0])
+            it = iter(c)
+            after.append(next(it)[-1])
+            firsts.append(time.monotonic() - t0)
+            after.extend(dp[1] for dp in it)
+            c.close()
+        dropped = (len(want) - 120) % 3  # (partial="drop": at most world_size - 1)
+        print(f"4d. 2 ranks -> 3 ranks from their states: first outputs within "
+              f"{max(firsts):.2f} s, {_counts(before + after, want[:len(want) - dropped])} "
+              f"(the epoch's last {dropped} dropped, as partial='drop' says)")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(timeout=30)
+            if p.stdout is not None:
+                p.stdout.close()
 
 
 def _identity(dp: list) -> list:

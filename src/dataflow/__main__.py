@@ -210,19 +210,27 @@ def _service_cmd(args: argparse.Namespace) -> int:
 
 
 def _format_status(s: dict[str, Any]) -> str:
+    auto = s.get("autotune")
     lines = [f"DataService at {s.get('address')}: {s.get('datapoints')} datapoints, seed "
-             f"{s.get('seed')}, shuffle {s.get('shuffle')}, up {s.get('uptime', 0):.1f} s",
+             f"{s.get('seed')}, shuffle {s.get('shuffle')}, up {s.get('uptime', 0):.1f} s, "
+             f"{s.get('num_workers')} {s.get('backend', 'process')} workers"
+             + (f" (auto, at most {auto['maximum']})" if auto else ""),
              f"  bottleneck: {s.get('bottleneck') or 'no consumer yet'}; restarts "
              f"{s.get('restarts')}; dropped messages {s.get('dropped')}; "
              f"{s.get('bytes_out', 0) / 1e6:.1f} MB sent"]
     for w in s.get("workers", []):
         lines.append(f"  worker {w['worker']} (generation {w['generation']}): "
                      f"{100 * w['busy']:.0f}% busy, {w['items_per_second']:.1f} items/s, "
-                     f"{w['items']} items, {w['bytes_out'] / 1e6:.1f} MB")
+                     f"{w['items']} items, {w['bytes_out'] / 1e6:.1f} MB, "
+                     f"{w.get('queued', 0)} queued")
     for c in s.get("consumers", []):
         lines.append(f"  consumer job {c['job']!r} rank {c['rank']} of {c['world_size']}: "
                      f"waits {100 * c['wait']:.0f}% of its time, {c['items_per_second']:.1f} "
-                     f"items/s, {c['received']} received")
+                     f"items/s, {c['received']} received, {c.get('in_flight', 0)} asked, "
+                     f"{c.get('ready', 0)} ready")
+    for name, job in (s.get("jobs") or {}).items():
+        lines.append(f"  job {name!r}: its own pipeline, {job['n']} datapoints, seed "
+                     f"{job['seed']}, shuffle {job['shuffle']}")
     return "\n".join(lines)
 
 

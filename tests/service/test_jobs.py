@@ -152,6 +152,7 @@ def test_consumers_on_the_workers_machine_get_arrays_through_the_shared_ring():
                      seed=4) as svc:
         c = _consumer(svc.address)
         out = list(c)
+        through_rings = sum(ring.tail[0] for _name, ring in c._rings.values())
         sent = svc.stats()["bytes_out"]
         c.close()
         # (the workers unlinked the names of the rings this consumer made)
@@ -159,8 +160,10 @@ def test_consumers_on_the_workers_machine_get_arrays_through_the_shared_ring():
     assert [dp[0] for dp in out] == list(range(100))
     assert all(dp[1].shape == (64, 64, 3) and int(dp[1][7, 9, 2]) == dp[0] % 251
                and dp[1].flags.writeable for dp in out)
-    # the images did not go through the sockets: only the headers did
-    assert sent < 100 * 64 * 64 * 3 // 10
+    # the images went through the rings (bytes moved count them), not through the sockets
+    images = 100 * 64 * 64 * 3
+    assert len(c._rings) == 0 and images <= through_rings < images * 1.1
+    assert through_rings < sent < through_rings + images // 10
     ref = df.MultiProcessMapDataZMQ(pipelines.source(100), 2, _image, strict=True,
                                     ordered=True, seed=4)
     ref.reset_state()
@@ -168,3 +171,30 @@ def test_consumers_on_the_workers_machine_get_arrays_through_the_shared_ring():
     ref.close()
     assert all(np.array_equal(a[2], b[2]) and np.array_equal(a[1], b[1])
                for a, b in zip(out, want))
+
+
+def test_stats_show_queues_bytes_and_the_pool():
+    with DataService(pipelines.source(50), _image, num_workers=2, shuffle=False) as svc:
+        c = _consumer(svc.address, prefetch=8)
+        assert len(list(c)) == 50
+        # (a consumer reports at its heartbeats and at the end of an epoch)
+        assert wait_until(lambda: [x["received"] for x in svc.stats()["consumers"]] == [50], 10)
+        stats = svc.stats()
+        (consumer,) = stats["consumers"]
+        assert set(stats) == {"address", "instance", "backend", "datapoints", "seed",
+                              "shuffle", "uptime", "jobs", "num_workers", "workers",
+                              "consumers", "restarts", "autotune", "dropped", "bytes_out",
+                              "bottleneck", "dispatcher_cpu_seconds"}
+        assert (stats["backend"], stats["num_workers"], stats["autotune"]) == ("process", 2, None)
+        assert {w["worker"] for w in stats["workers"]} == {0, 1}
+        assert set(stats["workers"][0]) == {"worker", "generation", "address", "busy", "items",
+                                            "items_per_second", "bytes_out", "dropped",
+                                            "queued"}
+        assert set(consumer) == {"job", "rank", "world_size", "received", "wait",
+                                 "items_per_second", "bytes_in", "in_flight", "ready"}
+        # at the end of the epoch nothing is asked for or waits to be yielded
+        assert (consumer["in_flight"], consumer["ready"]) == (0, 0)
+        assert 50 * 64 * 64 * 3 <= consumer["bytes_in"] <= stats["bytes_out"]
+        assert sum(w["items"] for w in stats["workers"]) == 50
+        assert sum(w["queued"] for w in stats["workers"]) == 0
+        c.close()

@@ -305,7 +305,7 @@ class ServiceData(EpochCounter, DataFlow):
                         resend.sort()
                 if now - last_beat >= HEARTBEAT:
                     self._send_ctl({"op": "workers"})
-                    self._report(now)
+                    self._report(now, len(where), len(ready))
                     last_beat = now
                 if now - last_answer > self.timeout:
                     raise ServiceError(
@@ -317,6 +317,7 @@ class ServiceData(EpochCounter, DataFlow):
             self._pos += 1
             self._received += 1
             yield out
+        self._report(time.monotonic(), len(where), len(ready))  # (the epoch's last figures)
         self._end(token)
 
     def _take(self, frames: list[Any], epoch: int, where: dict, ready: dict, load: dict,
@@ -353,9 +354,12 @@ class ServiceData(EpochCounter, DataFlow):
             load[w] = max(0, load.get(w, 0) - 1)
             ready[p] = result
 
-    def _report(self, now: float) -> None:
+    def _report(self, now: float, in_flight: int, ready: int) -> None:
+        """The figures of ``stats()``: outputs received, seconds waited for them, bytes in,
+        and the queue: outputs asked for and not answered, answered and not yet yielded."""
         self._send_ctl({"op": "report", "received": self._received, "waited": self._waited,
-                        "elapsed": now - self._t0, "bytes": self._bytes})
+                        "elapsed": now - self._t0, "bytes": self._bytes,
+                        "in_flight": in_flight, "ready": ready})
 
     # ---- state ---------------------------------------------------------------------------
 

@@ -45,8 +45,9 @@ class PoolWorker:
         self.address: str | None = None
         self.started = time.monotonic()
 
-    def figures(self) -> tuple[float, float, float, float]:
-        """``(busy seconds, items, bytes out, dropped messages)`` since it started."""
+    def figures(self) -> tuple[float, ...]:
+        """``(busy seconds, items, bytes out, dropped messages)`` since it started, and the
+        inputs waiting in its queues now."""
         raise NotImplementedError
 
 
@@ -55,9 +56,8 @@ class _ProcessWorker(PoolWorker):
         super().__init__(wid, generation)
         self.proc, self.pipe, self.counters = proc, pipe, counters
 
-    def figures(self) -> tuple[float, float, float, float]:
-        busy, items, out, dropped = (float(x) for x in self.counters)
-        return busy, items, out, dropped
+    def figures(self) -> tuple[float, ...]:
+        return tuple(float(x) for x in self.counters)
 
 
 class ProcessPool:
@@ -75,7 +75,7 @@ class ProcessPool:
 
     def _spawn(self, wid: int, generation: int) -> _ProcessWorker:
         recv, send = multiprocessing.Pipe(duplex=False)
-        counters = self._ctx.Array("d", 4, lock=False)
+        counters = self._ctx.Array("d", 5, lock=False)
         proc = self._ctx.Process(
             target=worker_main, name=f"dataflow-service-worker-{wid}",
             args=(wid, self._parent, self.spec.pipelines, self.spec.host, self.spec.token,

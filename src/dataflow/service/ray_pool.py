@@ -23,10 +23,10 @@ answers while another runs), placed by Ray's ``"SPREAD"`` strategy (each new act
 with the fewest). Its ``run()`` is the worker: it binds a ROUTER with
 :func:`dataflow.service.worker.bind` and serves with :func:`dataflow.service.worker.serve` until
 it is stopped; ``where()`` answers the address it listens at (with its process id and node),
-``figures()`` its counters (busy seconds, items, bytes out, dropped messages). A worker of a
-loopback service listens on that loopback address, so its actors go only to the nodes of the
-dispatcher's machine (all the nodes of a one-machine cluster); a worker of a service on any
-other address listens on its node's IP address.
+``figures()`` its counters (busy seconds, items, bytes out, dropped messages, inputs
+queued). A worker of a loopback service listens on that loopback address, so its actors go
+only to the nodes of the dispatcher's machine (all the nodes of a one-machine cluster); a
+worker of a service on any other address listens on its node's IP address.
 
 **Nothing blocks the dispatcher.** The dispatcher calls :meth:`RayPool.check` every
 ``MONITOR_INTERVAL``; it never waits for an actor: one ``ray.wait(..., timeout=0)`` looks at
@@ -95,7 +95,8 @@ class _WorkerActor:
                  global_seed: int | None) -> None:
         self.worker_id, self.pipelines, self.host, self.token = worker_id, pipelines, host, token
         self.global_seed = global_seed
-        self.counters = [0.0, 0.0, 0.0, 0.0]  # busy seconds, items, bytes out, dropped
+        # busy seconds, items, bytes out, dropped messages, inputs waiting in its queues
+        self.counters = [0.0, 0.0, 0.0, 0.0, 0.0]
         self.stopping = threading.Event()
         self.bound = threading.Event()
         self.address: str | None = None
@@ -264,12 +265,12 @@ class _ActorWorker(PoolWorker):
         self.where_ref: Any = actor.where.remote()
         self.figures_ref: Any = None
         self.figures_at = 0.0
-        self.last = (0.0, 0.0, 0.0, 0.0)
+        self.last = (0.0, 0.0, 0.0, 0.0, 0.0)
         self.pid: int | None = None
         self.node: str | None = None
         self.error: str | None = None
 
-    def figures(self) -> tuple[float, float, float, float]:
+    def figures(self) -> tuple[float, ...]:
         return self.last
 
 

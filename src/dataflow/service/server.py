@@ -98,11 +98,13 @@ class _Scaler:
         dt, self._t = now - self._t, now
         items = 0.0
         seen: dict[tuple[int, int], float] = {}
-        for w in self.pool.workers():
+        workers = self.pool.workers()
+        for w in workers:
             key = (w.wid, w.generation)
             seen[key] = w.figures()[1]
             items += seen[key] - self._items.get(key, 0.0)
         self._items = seen
+        starting = any(w.address is None for w in workers)
         waited = spent = 0.0
         received = 0
         for ident, info in consumers.items():
@@ -116,8 +118,10 @@ class _Scaler:
             spent += cur[1] - before[1]
             received += cur[2] - before[2]
         ctl = self.controller
-        if received <= 0 or spent <= 0:
-            return  # (nobody read: no demand to measure)
+        if received <= 0 or spent <= 0 or starting:
+            # (nobody read: no demand to measure; or a worker is still starting: a window
+            # without it would misread what the count gives)
+            return
         m = Measurement(len(self.pool.workers()), items / max(dt, 1e-9),
                         min(1.0, max(0.0, waited / spent)))
         ctl.maximum = self.share.maximum(self, 1.0)
@@ -386,7 +390,8 @@ class DataService:
         if op == "report":
             info = self._consumers.setdefault(ident, {"since": time.monotonic()})
             info.update({k: msg[k] for k in ("job", "rank", "world_size", "received", "waited",
-                                             "elapsed", "bytes") if k in msg})
+                                             "elapsed", "bytes", "in_flight", "ready")
+                         if k in msg})
             info["seen"] = time.monotonic()
             return None
         if op == "stats":
@@ -425,12 +430,13 @@ class DataService:
         elapsed = max(now - self._started_at, 1e-9) if self._started_at else 0.0
         workers: list[dict[str, Any]] = []
         for w in self._workers_now():
-            busy, items, out_bytes, dropped = w.figures()
+            busy, items, out_bytes, dropped, queued = w.figures()
             alive = max(now - w.started, 1e-9)
             workers.append({"worker": w.wid, "generation": w.generation, "address": w.address,
                             "busy": round(min(1.0, busy / alive), 4), "items": int(items),
                             "items_per_second": round(items / alive, 2),
-                            "bytes_out": int(out_bytes), "dropped": int(dropped)})
+                            "bytes_out": int(out_bytes), "dropped": int(dropped),
+                            "queued": int(queued)})
         consumers: list[dict[str, Any]] = []
         for info in list(self._consumers.values()):
             if now - info.get("seen", 0) > CONSUMER_STALE:
@@ -441,7 +447,9 @@ class DataService:
                               "received": int(info.get("received", 0)),
                               "wait": round(min(1.0, float(info.get("waited", 0.0)) / span), 4),
                               "items_per_second": round(int(info.get("received", 0)) / span, 2),
-                              "bytes_in": int(info.get("bytes", 0))})
+                              "bytes_in": int(info.get("bytes", 0)),
+                              "in_flight": int(info.get("in_flight", 0)),
+                              "ready": int(info.get("ready", 0))})
         waits = [c["wait"] for c in consumers if c["received"]]
         bottleneck = None if not waits else ("pool" if sum(waits) / len(waits) > 0.5
                                              else "consumers")

@@ -132,7 +132,8 @@ def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
           on_item: Callable[[], None] | None = None) -> None:
     """Answer map requests on ``sock`` until ``stop`` is set (never, for a process worker).
     ``pipelines``: job name -> ``(source, map_func, (entropy, spawn key) of its inputs)``;
-    ``counters``: busy seconds, items, bytes out, dropped messages (updated in place)."""
+    ``counters``: busy seconds, items, bytes out, dropped messages, inputs waiting in the
+    queues (updated in place)."""
     import zmq
 
     scopes = {name: _rng.InputScope(*inputs) for name, (_s, _f, inputs) in pipelines.items()}
@@ -176,6 +177,7 @@ def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
             if not q:
                 order.append(ident)
             q.extend(checked)
+            counters[4] += len(checked)
 
     last_sweep = time.monotonic()
     while stop is None or not stop.is_set():
@@ -220,9 +222,13 @@ def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
         if outs:
             # (the ring it named could not be mapped: it may make another)
             extra = {"nr": 1} if ring_entry is not None and ring is None else {}
+            head = ring.head if ring is not None else 0
             _send(sock, ident, _answers(outs, ring, worker_id, extra), counters)
+            if ring is not None:
+                counters[2] += ring.head - head  # (bytes sent through the ring)
         counters[0] += time.perf_counter() - start
         counters[1] += len(batch)
+        counters[4] = sum(len(x) for x in queues.values())
         if on_item is not None:
             on_item()
     for _name, ring, _used in rings.values():
