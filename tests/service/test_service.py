@@ -391,7 +391,10 @@ def test_the_profiler_shows_the_service_stage():
         report = df.profile(df.BatchData(c, 8), num=6, warmup=1)
     stage = report.stages[1]
     assert stage.name == "ServiceData" and stage.items == 48
-    assert set(stage.metrics) == {"received", "mb_in", "wait_fraction"}
+    assert set(stage.metrics) == {"received", "mb_in", "wait_fraction", "pool_workers",
+                                  "pool_busy", "pool_queued", "service_consumers"}
+    assert (stage.metrics["received"], stage.metrics["pool_workers"],
+            stage.metrics["service_consumers"]) == (56, 2, 1)
     assert "stage 1 (ServiceData): received" in report.format()
 
 

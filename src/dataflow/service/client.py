@@ -409,7 +409,37 @@ class ServiceData(EpochCounter, DataFlow):
 
     def profile_metrics(self) -> dict[str, float]:
         """For :func:`dataflow.profile`: outputs received, MB in, and the share of the time
-        this consumer waited for the service."""
+        this consumer waited for the service; and the service's own figures, asked of its
+        dispatcher (left out if it does not answer within a second): its workers, their
+        average busy share, the inputs queued at them, and its consumers."""
         span = max(time.monotonic() - self._t0, 1e-9)
-        return {"received": float(self._received), "mb_in": self._bytes / 1e6,
-                "wait_fraction": min(1.0, self._waited / span)}
+        out = {"received": float(self._received), "mb_in": self._bytes / 1e6,
+               "wait_fraction": min(1.0, self._waited / span)}
+        stats = self._service_stats(1.0)
+        if stats is not None:
+            workers = stats.get("workers") or []
+            out.update({
+                "pool_workers": float(len(workers)),
+                "pool_busy": sum(w["busy"] for w in workers) / max(len(workers), 1),
+                "pool_queued": float(sum(w.get("queued", 0) for w in workers)),
+                "service_consumers": float(len(stats.get("consumers") or []))})
+        return out
+
+    def _service_stats(self, timeout: float) -> dict[str, Any] | None:
+        """The dispatcher's ``stats()``, or None if it does not answer within ``timeout``."""
+        if self._ctl is None:
+            return None
+        self._send_ctl({"op": "stats"})
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            if not self._ctl.poll(int(left * 1000)):
+                return None
+            try:
+                msg = self._receive_ctl()
+            except ServiceError:
+                return None
+            if msg is not None and msg["op"] == "stats":
+                return msg.get("stats")
+            if msg is not None and msg["op"] == "config":
+                self._config = msg
+        return None
