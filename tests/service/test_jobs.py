@@ -82,7 +82,9 @@ def test_jobs_that_want_more_than_the_pool_get_equal_shares(monkeypatch):
     with DataService(pipelines.source(5000), pipelines.tag, num_workers=2, seed=1,
                      jobs={"b": {"seed": 2}}) as svc:
         counts: dict[str, int] = {}
-        readers = {job: _consumer(svc.address, job=job) for job in ("a", "b")}
+        # (equal demand: each keeps many inputs asked for, so that a reader thread that the
+        # OS or the GIL holds back for a moment still has work queued at the workers)
+        readers = {job: _consumer(svc.address, job=job, prefetch=256) for job in ("a", "b")}
         go = threading.Barrier(2)
 
         def read(job: str) -> None:
