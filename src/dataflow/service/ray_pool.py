@@ -143,12 +143,12 @@ class _ServiceHost:
     (with a :class:`RayPool`), and what the driver's object forwards to it. ``lifetime()``
     returns never: the driver waits on it to know that the actor is gone."""
 
-    def __init__(self, arguments: dict[str, Any], global_seed: int | None) -> None:
-        from dataflow.service.server import DataService
-
+    def __init__(self, service_class: Any, arguments: dict[str, Any],
+                 global_seed: int | None) -> None:
+        # (the class comes from the driver: the dispatcher's module imports this one)
         if _rng.get_seed() != global_seed:  # (the driver's, as a process worker inherits it)
             _rng.set_seed(global_seed)
-        self.service = DataService(**arguments)
+        self.service = service_class(**arguments)
         self.service._hosted = True  # (its dispatcher runs here, not in another actor)
 
     def start(self) -> str:
@@ -204,7 +204,7 @@ class RemoteService:
             cls = ray.remote(_ServiceHost).options(
                 num_cpus=0, max_concurrency=4, max_restarts=0, max_task_retries=0,
                 scheduling_strategy=here)
-            self.actor = cls.remote(_arguments(service), _rng.get_seed())
+            self.actor = cls.remote(type(service), _arguments(service), _rng.get_seed())
             self._life = self.actor.lifetime.remote()
             self.address = self._call("start", START_TIMEOUT)
         except BaseException:
