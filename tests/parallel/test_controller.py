@@ -256,14 +256,18 @@ def test_quick_start_ends_where_a_climb_pays_less_than_in_full() -> None:
     # 200 workers' worth of work: 128 -> 256 gains 56 % for twice the workers (a knee between
     # them): the quick start ends there; the give-back probe from the maximum waits for the
     # window after (so that a short pass runs at the maximum); half of them lose, and from
-    # there the usual steps walk back one at a time towards the knee (each keeps the rate)
+    # there the give-backs bisect towards the floor: 193 keeps the rate but for 3.5 % (within
+    # the allowed 4 %), 161 loses (a floor, and a loss that says each worker between them
+    # paid in full): it settles at 193 (one at a time, it walked 256, 255, 254, ... for
+    # minutes of windows)
     ctl = Controller(1, 256, 8)
-    counts = run(ctl, model(100, 200, 1e9), 16)
+    counts = run(ctl, model(100, 200, 1e9), 40)
     assert [(d.window, d.old, d.new) for d in ctl.decisions] == [
         (1, 8, 32), (3, 32, 128), (5, 128, 256), (8, 256, 129), (10, 129, 256),
-        (12, 256, 255), (14, 255, 254), (16, 254, 253)]
+        (12, 256, 193), (14, 193, 161), (16, 161, 193)]
     assert ctl.decisions[3].reason == "no more workers to try: trying fewer"
     assert counts[5:7] == [256, 256] and not ctl.starting
+    assert counts[16:] == [193] * 24 and ctl.converged_at == 18
 
 
 def test_quick_start_ends_where_a_climb_does_not_pay() -> None:
