@@ -3,11 +3,18 @@
 On the local Ray of this package (2 CPUs): the outputs are exactly the process back end's, the
 figures, a worker's process killed, and nothing left after ``close()``. On a three-node
 ``LoopbackCluster`` (in a process of its own, ``tests/ray/service_cluster.py``: this process is
-already the local Ray's driver): two ranks sharing an epoch, and a worker's node killed
-mid-epoch. Every service listens on 127.0.0.1 only and is closed by its test."""
+already the local Ray's driver), what ``tests/service`` asks of the process back end: two ranks
+sharing an epoch; a consumer process killed mid-epoch and restarted from its saved state while
+another rank reads on; all ranks restarted with another world size; two jobs on one pool, each
+exact, with equal shares; the dispatcher actor killed mid-epoch and a new service started at its
+address; a worker's node killed mid-epoch. Each fault counts what its consumers missed and
+received twice (both 0) and bounds their longest stall. Every service listens on 127.0.0.1 only
+and is closed by its test. (A consumer at an address where nothing serves is the process back
+end's test: the consumer is the same whatever the back end.)"""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -58,10 +65,19 @@ def _read(address, rank=0, world=1, epochs=1, on_item=None):
     return out, gap
 
 
-def _process_backend(n, ranks=1, epochs=1):
-    """What each of ``ranks`` ranks receives from the process back end (same seed)."""
-    with _service(n, backend="process") as svc:
+@functools.cache
+def _process_backend(n, ranks=1, epochs=1, seed=5):
+    """What each of ``ranks`` ranks receives from the process back end (a list of epochs per
+    rank; the outputs are a function of the seed, so they are computed once per test run)."""
+    with _service(n, backend="process", seed=seed) as svc:
         return [_read(svc.address, r, ranks, epochs)[0] for r in range(ranks)]
+
+
+def _missing_and_repeated(got, ids):
+    """How many of ``ids`` the outputs ``got`` lack, and how many outputs repeat another's
+    datapoint (or are not one of ``ids``)."""
+    seen = Counter(dp[0] for dp in got)
+    return len(set(ids) - set(seen)), sum(seen.values()) - len(set(seen) & set(ids))
 
 
 # ---- on the local Ray (2 CPUs) ------------------------------------------------------------------
@@ -198,3 +214,105 @@ def test_a_node_lost_mid_epoch_loses_and_repeats_nothing(cluster_report, record_
     assert report["alive_after_close"] == [] and report["listening_after_close"] == []
     print(f"node lost mid-epoch: longest stall {stall:.3f} s")
 
+
+@pytest.mark.slow
+def test_a_consumer_killed_mid_epoch_resumes_from_its_state_on_three_nodes(
+        cluster_report, record_property):
+    report = cluster_report["restore"]
+    want = [epochs[0] for epochs in _process_backend(120, ranks=2)]
+    assert report["want"] == want  # (the reference: both ranks' whole epoch, undisturbed)
+    assert report["ready"] == "ready\n"
+    before, rest = report["before"], report["rest"]
+    assert len(before) == service_cluster.RESTORE_AT  # (what the killed process had saved)
+    # the restored rank 0 goes on exactly after its last saved output
+    assert _missing_and_repeated(before + rest, [dp[0] for dp in want[0]]) == (0, 0)
+    assert before + rest == want[0]
+    # rank 1 read its own share, half of it after rank 0 was killed, unaffected
+    assert report["other_overlapped"]
+    assert _missing_and_repeated(report["other"], [dp[0] for dp in want[1]]) == (0, 0)
+    assert report["other"] == want[1]
+    stall, other = report["stall"], report["other_stall"]
+    record_property("stall_s", round(stall, 3))
+    record_property("other_rank_stall_s", round(other, 3))
+    assert max(stall, other) < STALL_S, (stall, other)
+    print(f"consumer killed and restored: longest stall {stall:.3f} s (restored rank), "
+          f"{other:.3f} s (the other rank)")
+
+
+@pytest.mark.slow
+def test_all_ranks_restarted_with_another_world_size_on_three_nodes(cluster_report,
+                                                                     record_property):
+    report = cluster_report["resize"]
+    n, at = 90, service_cluster.RESIZE_AT
+    ((epoch0, epoch1),) = _process_backend(n, epochs=2)
+    # one rank of 1 receives the global order (the reference: two epochs)
+    assert report["reference"] == epoch0 + epoch1
+    # two ranks of 2 read `at` outputs each: global positions 0 .. 2 * at - 1
+    assert report["before"] == epoch0[0::2][:at] + epoch0[1::2][:at]
+    # three ranks of 3, restored from those states, share the rest of the epoch: rank r
+    # the global positions 2 * at + r, 2 * at + r + 3, ... (the last (n - 2 * at) % 3 left out)
+    rest = report["rest"]
+    each = (n - 2 * at) // 3
+    assert [len(r) for r in rest] == [each] * 3
+    assert rest == [epoch0[2 * at + r::3][:each] for r in range(3)]
+    kept = [dp[0] for dp in epoch0[:2 * at + 3 * each]]  # (what partial="drop" keeps)
+    assert _missing_and_repeated(report["before"] + [dp for r in rest for dp in r],
+                                 kept) == (0, 0)
+    assert len(kept) == n - (n - 2 * at) % 3
+    # then whole epochs of the new world size
+    assert report["next"] == [epoch1[r::3] for r in range(3)]
+    assert _missing_and_repeated([dp for r in report["next"] for dp in r],
+                                 range(n)) == (0, 0)
+    stall = report["stall"]
+    record_property("stall_s", round(stall, 3))
+    assert stall < STALL_S, stall
+    print(f"2 -> 3 ranks: longest stall {stall:.3f} s")
+
+
+@pytest.mark.slow
+def test_two_jobs_on_one_pool_are_exact_and_get_equal_shares_on_three_nodes(cluster_report):
+    report = cluster_report["jobs"]
+    # job "a" reads the service's pipeline, job "b" the same one with its own seed (jobs=)
+    assert report["jobs"] == {"b": {"n": 1000, "seed": service_cluster.JOB_B_SEED,
+                                    "shuffle": True}}
+    assert report["workers"] == 2
+    for job, seed in (("a", 5), ("b", service_cluster.JOB_B_SEED)):
+        ((want,),) = _process_backend(1000, seed=seed)
+        got = report[job]["outputs"]
+        assert _missing_and_repeated(got, range(1000)) == (0, 0), job
+        assert got == want, job
+    assert report["a"]["outputs"] != report["b"]["outputs"]
+    # reading as fast as they can for the same time, both got the same share of the pool
+    a, b = report["a"]["window"], report["b"]["window"]
+    assert a is not None and b is not None  # (the window ended before either epoch did)
+    assert min(a, b) > 100
+    assert abs(a - b) <= 0.2 * max(a, b), (a, b)
+    print(f"two jobs: {a} and {b} outputs in {service_cluster.SHARE_WINDOW:g} s")
+
+
+@pytest.mark.slow
+def test_the_dispatcher_lost_and_started_again_on_its_address_on_three_nodes(
+        cluster_report, record_property):
+    report = cluster_report["dispatcher_loss"]
+    ((want,),) = _process_backend(200)
+    assert report["address"].startswith("tcp://127.0.0.1:")
+    assert report["want"] == want  # (the reference epoch, from the first service)
+    got = report["outputs"]
+    assert _missing_and_repeated(got, range(200)) == (0, 0)
+    assert got == want  # exact: the same outputs, in order, from both services' workers
+    # the dispatcher actor's process ended, and its workers with it (Ray ends the actors an
+    # actor made when it dies); a new service (another instance) served at the same address
+    assert report["host_left"] == [] and report["old_workers_left"] == []
+    assert report["first_instance"] != report["second_instance"]
+    # the consumer had outputs left for the new service to answer, and got the next one soon
+    # after it was up
+    assert service_cluster.KILL_AT <= report["outputs_before_up"] < 200
+    after_up, stall = report["after_up"], report["stall"]
+    record_property("after_up_s", round(after_up, 3))
+    record_property("stall_s", round(stall, 3))
+    record_property("restart_s", round(report["restart_s"], 3))
+    assert after_up < 10.0, after_up
+    assert report["alive_after_close"] == []
+    print(f"dispatcher lost: the next output {after_up:.3f} s after the new service was up; "
+          f"longest stall {stall:.3f} s, of which {report['restart_s']:.3f} s the new "
+          "service's start")
