@@ -147,9 +147,14 @@ def _bench(args: argparse.Namespace, path: str) -> None:
         c.close()
     per10k = disp / count * 1e4
     rate = ours[0]
-    print(f"3. dispatcher: {per10k:.3f} CPU-s per 10,000 positions ({count / dt:,.0f} trivial "
-          f"outputs/s to one consumer); at {rate:,.0f} img/s per trainer one dispatcher core "
-          f"could feed ~{1e4 / max(per10k, 1e-9) / rate:,.0f} trainers")
+    # (the dispatcher's work is per consumer and second, its heartbeats and reports, not per
+    # position: both figures, and the smaller count of trainers they allow)
+    per_consumer_second = disp / dt
+    trainers = min(1e4 / max(per10k, 1e-9) / rate, 1 / max(per_consumer_second, 1e-9))
+    print(f"3. dispatcher: {per10k:.4f} CPU-s per 10,000 positions ({count / dt:,.0f} trivial "
+          f"outputs/s to one consumer), {per_consumer_second * 1e3:.3f} CPU-ms per consumer "
+          f"and second; at {rate:,.0f} img/s per trainer one dispatcher core could feed "
+          f"~{trainers:,.0f} trainers")
 
     # 4. a worker SIGKILLed mid-epoch: the consumer's longest stall
     with DataService(df.LMDBSerializer.load(path, shuffle=False), fn, num_workers=n,
