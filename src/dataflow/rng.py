@@ -86,6 +86,19 @@ def set_worker_info(worker_id: int | None) -> None:
     _process_worker = None if worker_id is None else int(worker_id)
 
 
+def thread_state() -> dict[str, Any]:
+    """This thread's state, as a dict: ``"input"`` (the input scope being mapped, if any) and
+    ``"worker"`` (a thread runner's copy, if any); absent keys mean none. For hot paths (an
+    augmentor's ``rng``, once or twice per image) that read both at the cost of one call; the
+    process's own worker id, if the thread has none, is :func:`get_worker_info`'s."""
+    return _tls.__dict__
+
+
+def process_worker() -> int | None:
+    """The worker id this whole process was declared as (``None`` outside workers)."""
+    return _process_worker
+
+
 def get_worker_info() -> int | None:
     """The worker id of the copy being reset or run here, or ``None`` outside runners."""
     worker = getattr(_tls, "worker", None)

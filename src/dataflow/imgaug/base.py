@@ -130,11 +130,14 @@ class ImageAugmentor:
         d = self.__dict__
         if d.get("_pinned"):
             return d["_rng"]
-        scope = _rng.current_input_scope()
+        t = _rng.thread_state()  # (one call for the scope and the worker: a hot path)
+        scope = t.get("input")
         if scope is not None:
             return scope.rng(self._owner_key())
         r = d.get("_rng")
-        worker = _rng.get_worker_info()
+        worker = t.get("worker")
+        if worker is None:
+            worker = _rng.process_worker()
         if r is None or d.get("_rng_worker") != worker:  # e.g. first use in a runner worker
             r = d["_rng"] = self._derive()
             d["_rng_worker"] = worker
