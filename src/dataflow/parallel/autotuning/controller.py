@@ -20,16 +20,16 @@ The rules:
   adding at least ``full`` (75 %) of its share, so that no knee lies between them (with work
   that waits, each of a hundred threads adds 1 %, within a window's noise, and giving them
   back one at a time never settled);
-* give-backs take half of the workers until one fails, then half of the gap to the floor (a
-  bisection between the count found too few and the count that kept the throughput: one at
-  a time from 256 threads, each step inside a window's noise, walked for many seconds), never
-  down to the floor; one that keeps the throughput makes the count above the new one a
-  ceiling (fewer did as well: more would not pay);
+* give-backs take half of the workers until one fails, then one at a time or, from
+  ``BISECT_FROM`` (64) workers, half of the gap to the floor (a bisection between the count
+  found too few and the count that kept the throughput: one at a time from 256 threads, each
+  step inside a window's noise, walked for many seconds); never down to the floor; one that
+  keeps the throughput makes the count above the new one a ceiling (fewer did as well: more
+  would not pay);
 * workers given back are taken back if the throughput fell by more than ``loss`` (4 %) against
-  the rate before the first of a run of give-backs (losses do not add up, also across a
-  give-back taken back): the count that lost is too few (the floor); the buffer of results
-  holds the consumer's supply while the one measured window after a give-back shows whether
-  it cost throughput;
+  the rate before the first of a run of give-backs (losses do not add up): the count that lost
+  is too few (the floor); the buffer of results holds the consumer's supply while the one
+  measured window after a give-back shows whether it cost throughput;
 * a window right after a change is not measured (new workers start, queues refill);
 * **a stage that could move its work to processes** (``move_after`` > 0: a thread stage with
   two cores or more whose work computes) and has been consumer-bound at its minimum for
@@ -64,6 +64,10 @@ __all__ = ["Controller", "Decision", "Measurement"]
 
 #: decisions a controller keeps for its state and the profiler
 KEEP_DECISIONS = 20
+#: from this many workers, give-backs after a failed one bisect the gap to the floor: one
+#: worker is then under 2 % of the throughput, inside a window's noise, and steps of one walked
+#: for seconds (below it, one at a time: behind a consumer each worker may be what it needs)
+BISECT_FROM = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,13 +176,15 @@ class Controller:
         return self.workers
 
     def _fewer(self, n: int) -> int:
-        """The count to give back to from ``n``: half as many (until a give-back failed) or
-        half of the gap to the floor (a count found too few), never the floor or below; ``n``
-        if none is left to give back."""
+        """The count to give back to from ``n``: half as many (until a give-back failed), then
+        one fewer (from :data:`BISECT_FROM` workers: half of the gap to the floor), never the
+        floor (a count found too few) or below; ``n`` if none is left to give back."""
         lowest = self.minimum if self._floor is None else max(self.minimum, self._floor[0] + 1)
         if n <= lowest:
             return n
-        return max(lowest, n - max(1, n // 2 if self._halve else (n - lowest + 1) // 2))
+        bisect = (n - lowest + 1) // 2 if n >= BISECT_FROM else 1
+        step = n // 2 if self._halve else bisect
+        return max(lowest, n - max(1, step))
 
     def _expire(self) -> None:
         w = self.window
@@ -221,9 +227,7 @@ class Controller:
         if back is not None:  # a give-back from back[0]: did it cost throughput?
             before, before_rate = back
             if rate < before_rate * (1 - self.loss):
-                # (the chain's reference stays: the count it goes back to earned it, and the
-                # give-backs after this one must not lose more than `loss` from it in all)
-                self._floor, self._halve = (n, self.window), False
+                self._floor, self._chain, self._halve = (n, self.window), None, False
                 if 1 - rate / before_rate >= self.full * (1 - n / before):
                     self._paid = (before, self.window)
                 return self._change(before, f"{n} workers lost throughput "
