@@ -219,16 +219,19 @@ def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
                 _send(sock, ident, [_error(e, epoch, pos, index, worker_id)], counters)
             finally:
                 _rng.set_input_scope(None)
+        answers: list[list[Any]] = []
         if outs:
             # (the ring it named could not be mapped: it may make another)
             extra = {"nr": 1} if ring_entry is not None and ring is None else {}
             head = ring.head if ring is not None else 0
-            _send(sock, ident, _answers(outs, ring, worker_id, extra), counters)
+            answers = _answers(outs, ring, worker_id, extra)
             if ring is not None:
                 counters[2] += ring.head - head  # (bytes sent through the ring)
+        # (the figures are counted before the answers go: a reader may look right after)
         counters[0] += time.perf_counter() - start
         counters[1] += len(batch)
         counters[4] = sum(len(x) for x in queues.values())
+        _send(sock, ident, answers, counters)
         if on_item is not None:
             on_item()
     for _name, ring, _used in rings.values():
