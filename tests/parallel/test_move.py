@@ -89,7 +89,7 @@ def _gated_pid(dp: list) -> list:
     return [dp[0], os.getpid()]
 
 
-def test_the_chunks_the_threads_have_not_started_move_with_the_work() -> None:
+def test_the_inputs_the_threads_have_not_started_move_with_the_work() -> None:
     _GATE.clear()
     _AT_GATE.clear()
     m = MultiThreadMapData(flows.Range(64), 1, _gated_pid, buffer_size=64, strict=True,
@@ -99,12 +99,14 @@ def test_the_chunks_the_threads_have_not_started_move_with_the_work() -> None:
         itr = iter(m)
         m._sched._fill()  # (what the first next() does: 4 chunks of 16 go to the thread)
         assert _AT_GATE.wait(10)
-        m._request_move()  # the thread holds chunk 0 at the gate; chunks 1-3 move
+        # the thread holds chunk 0 and maps its input 0 at the gate: chunks 1-3 move, and so
+        # do inputs 1-15 of chunk 0, which the thread hands back once input 0 is done
+        m._request_move()
         (child,) = _worker_pids(m)
         _GATE.set()
         got = [tuple(dp) for dp in itr]
     me = os.getpid()
-    assert got == [(i, me) for i in range(16)] + [(i, child) for i in range(16, 64)]
+    assert got == [(0, me)] + [(i, child) for i in range(1, 64)]
 
 
 def test_a_state_saved_before_or_after_the_move_resumes_exactly() -> None:

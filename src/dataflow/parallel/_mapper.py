@@ -100,6 +100,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             num_workers = self._auto_start(self._auto_maximum())
         self.num_workers = check_positive_int(num_workers, self._worker_arg)
         self.map_func = check_callable(map_func, "map_func", "lambda dp: [dp[0] * 2]")
+        self._buffer_auto = is_auto(buffer_size)  # (sized again if the work moves)
         buffer_size = resolve_buffer(buffer_size, self._planned_workers())
         self.buffer_size = check_positive_int(buffer_size, "buffer_size", 200)
         self.strict = bool(strict)

@@ -11,7 +11,10 @@ Messages are tuples ``(kind, worker_id, payload)``:
 * ``STATS``: a runner worker's ``(start, end, waited)``: between two ``time.perf_counter()``
   readings it waited ``waited`` seconds for the consumer and was busy the rest (for the
   profiler's trace; a map worker's ``DATA`` carries ``(start, end)`` of its chunk as a fourth
-  element instead).
+  element instead);
+* ``RETURNED``: the inputs of a chunk a map worker was told to hand back (its transport is
+  being replaced: the work moves to processes) and did not start, as a chunk: the consumer
+  submits them to the new transport. The worker sent the results of the ones it mapped first.
 
 Map requests are chunks, lists of ``(index, key, datapoint)``: ``index`` is a global, increasing
 counter so that results can be matched, ordered and told apart from stale ones; ``key`` is the
@@ -37,6 +40,7 @@ __all__ = [
     "ERROR",
     "POLL_INTERVAL",
     "READY",
+    "RETURNED",
     "STATE",
     "STATS",
     "ErrorInfo",
@@ -46,7 +50,7 @@ __all__ = [
     "raise_worker_error",
 ]
 
-DATA, ERROR, READY, END, STATE, STATS = 0, 1, 2, 3, 4, 5
+DATA, ERROR, READY, END, STATE, STATS, RETURNED = 0, 1, 2, 3, 4, 5, 6
 #: seconds between liveness checks while the consumer waits
 POLL_INTERVAL = 0.2
 

@@ -26,7 +26,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from dataflow.errors import NoneResultError, StateMismatchError, WorkerError
-from dataflow.parallel._protocol import DATA, ERROR, POLL_INTERVAL, MapTransport, raise_worker_error
+from dataflow.parallel._protocol import (
+    DATA,
+    ERROR,
+    POLL_INTERVAL,
+    RETURNED,
+    MapTransport,
+    raise_worker_error,
+)
 from dataflow.policy import ErrorPolicy
 
 __all__ = [
@@ -203,6 +210,9 @@ class MapScheduler:
 
     def _handle(self, msg: tuple) -> None:
         kind, payload = msg[0], msg[2]
+        if kind == RETURNED:  # inputs a worker handed back, not started: to the transport now
+            self.transport.submit(payload)
+            return
         if kind == DATA:
             self.answered += len(payload)
             policy, failed = self.policy, self._failed
@@ -372,9 +382,12 @@ class MapScheduler:
             raise
 
     def _answered_by_old(self, msg: tuple) -> None:
-        """Count the inputs a replaced transport answered; retire it after its last one."""
+        """Count the inputs a replaced transport answered (or handed back: they go to the new
+        one); retire it after its last one."""
         if msg[0] == DATA:
             self._old_pending.difference_update(idx for idx, _ in msg[2])
+        elif msg[0] == RETURNED:  # (:meth:`_handle` submits them to the new transport)
+            self._old_pending.difference_update(idx for idx, _, _ in msg[2])
         if not self._old_pending:
             retire, self._old, self._retire = self._retire, None, None
             if retire is not None:

@@ -20,7 +20,16 @@ from typing import Any
 import numpy as np
 
 from dataflow import rng as _rng
-from dataflow.parallel._protocol import DATA, END, ERROR, STATE, STATS, ErrorInfo, WorkerStopped
+from dataflow.parallel._protocol import (
+    DATA,
+    END,
+    ERROR,
+    RETURNED,
+    STATE,
+    STATS,
+    ErrorInfo,
+    WorkerStopped,
+)
 from dataflow.state import Pacer
 
 __all__ = ["map_loop", "queue_emitter", "runner_loop", "seed_globals"]
@@ -35,6 +44,7 @@ def map_loop(
     inputs: tuple[int, tuple[int, ...]],
     finish_chunk: Callable[[list], list] | None = None,
     progress: Any = None,
+    hand_back: Callable[[], bool] | None = None,
 ) -> None:
     """Body of a map worker: map each received chunk, send results (or errors) back.
 
@@ -45,7 +55,9 @@ def map_loop(
     chunk's ``(index, result)`` list before it is sent (the batching mapper uses it); it must
     keep one pair per index so that the consumer can account for every input. ``progress``
     (a shared ``ctypes`` integer) holds the index being mapped, -1 between chunks: if the
-    worker dies, the consumer knows which input was being mapped.
+    worker dies, the consumer knows which input was being mapped. ``hand_back()``, asked
+    before each input but a chunk's first, says that the inputs not started yet go back to the
+    consumer (a ``RETURNED`` message, after the results of those mapped).
     """
     scope = _rng.InputScope(*inputs)
     try:
@@ -54,10 +66,14 @@ def map_loop(
             if chunk is None:
                 return
             results = []
+            returned: list = []
             start, cpu = time.perf_counter(), time.thread_time()
             _rng.set_input_scope(scope)
             try:
-                for index, key, dp in chunk:
+                for j, (index, key, dp) in enumerate(chunk):
+                    if j and hand_back is not None and hand_back():
+                        returned = chunk[j:]
+                        break
                     scope.begin(*key)
                     if progress is not None:
                         progress.value = index
@@ -83,6 +99,8 @@ def map_loop(
                 for idx, _ in results:  # chunk failed (a skipping policy counts each)
                     emit((ERROR, worker_id, ErrorInfo.capture(e, worker_id, idx, stage)))
                 emit((DATA, worker_id, [(idx, None) for idx, _ in results]))
+            if returned:
+                emit((RETURNED, worker_id, returned))
     except WorkerStopped:
         return
 

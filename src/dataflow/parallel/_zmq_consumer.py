@@ -7,6 +7,7 @@ workers (:mod:`._zmq_worker`) are :mod:`._wire`'s.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +42,8 @@ logger = logging.getLogger("dataflow.parallel")
 #: inputs within which at most ``max_restarts`` workers are replaced, when the epoch's length
 #: is unknown
 RESTART_WINDOW = 10_000
+#: seconds a chunk may wait in the backlog for workers still starting (see ``submit``)
+BACKLOG_WAIT = 1.0
 
 
 # ---- consumer side --------------------------------------------------------------------------
@@ -120,6 +123,9 @@ class ZmqMapTransport(_Consumer):
         self.pool: ProcessPool | None = None
         self._pending: deque[tuple] = deque()
         self._resend: list[tuple] = []  # inputs of a dead worker, to send again
+        # chunks held back for workers still starting (see submit)
+        self._backlog: deque[list] = deque()
+        self._backlog_since = 0.0
         self._kills: dict[int, int] = {}  # index -> workers that died while it was in flight
         self._respawn: Callable[[int, int, Ring | None, Any], tuple] | None = None
         self.progress: list[Any] = []  # per worker: the index it is mapping (shared memory)
@@ -274,9 +280,32 @@ class ZmqMapTransport(_Consumer):
             return msg
 
     def submit(self, chunk: list) -> None:
+        """Send ``chunk`` to the least loaded worker that is ready. While workers are still
+        starting and the ready ones already hold two chunks each, it waits in a backlog for
+        them (sent as they announce themselves, or after :data:`BACKLOG_WAIT`): a burst of
+        chunks (the start of a pass, or the inputs a move to processes hands over at once)
+        would otherwise all go to the first worker ready, and the others would idle."""
         self.res.check(self.name)
         self._flush_resend()
+        if self._backlog or self._hold(len(chunk)):
+            if not self._backlog:
+                self._backlog_since = time.monotonic()
+            self._backlog.append(chunk)
+            self._flush_backlog()
+            return
         self._send(chunk)
+
+    def _hold(self, size: int) -> bool:
+        """Whether a chunk of ``size`` inputs should wait for the workers still starting."""
+        starting = self.workers() - len(self.ready)
+        return (starting > 0 and bool(self.ready)
+                and min(self.load[w] for w in self.ready) >= 2 * size
+                and (not self._backlog or time.monotonic() - self._backlog_since < BACKLOG_WAIT))
+
+    def _flush_backlog(self) -> None:
+        while self._backlog and self.ready and not self._hold(len(self._backlog[0])):
+            self._send(self._backlog.popleft())
+            self._backlog_since = time.monotonic()
 
     def _send(self, chunk: list) -> None:
         while True:
@@ -300,6 +329,7 @@ class ZmqMapTransport(_Consumer):
 
     def receive(self, timeout: float) -> tuple | None:
         self._flush_resend()
+        self._flush_backlog()
         if self._pending:
             return self._pending.popleft()
         return super().receive(timeout)

@@ -26,7 +26,11 @@ from dataflow.parallel.autotuning.backend import (
     may_move,
     thread_start,
 )
-from dataflow.parallel.autotuning.stage import THREADS_PER_CORE, resolve_runner_count
+from dataflow.parallel.autotuning.stage import (
+    THREADS_PER_CORE,
+    resolve_buffer,
+    resolve_runner_count,
+)
 from dataflow.state import child_state
 from dataflow.validation import check_positive_int, known_length, renamed_kwargs
 
@@ -214,8 +218,10 @@ class _ThreadMapTransport:
         self._in: queue.SimpleQueue = queue.SimpleQueue()
         self._out: queue.SimpleQueue = queue.SimpleQueue()
         self._stop = threading.Event()
+        self._handing_back = threading.Event()  # (see hand_back)
         self._loop = functools.partial(map_loop, emit=self._out.put, map_func=map_func,
-                                       stage=name, inputs=inputs)
+                                       stage=name, inputs=inputs,
+                                       hand_back=self._handing_back.is_set)
         self.group = _ThreadGroup(name, [self._worker(i) for i in range(num_thread)], self._stop)
         self.workers = num_thread  # threads running or starting, less those told to retire
         self.group.start()
@@ -258,6 +264,17 @@ class _ThreadMapTransport:
                 return chunks
             if isinstance(chunk, list):
                 chunks.append(chunk)
+
+    def hand_back(self) -> None:
+        """The threads stop mapping the chunks they hold after the input in progress: the
+        rest come back to the consumer (``RETURNED``), which submits them to its transport."""
+        self._handing_back.set()
+
+    def resume(self, chunks: list[list]) -> None:
+        """Undo :meth:`hand_back`: map again, starting with ``chunks`` (taken back)."""
+        self._handing_back.clear()
+        for chunk in chunks:
+            self._in.put(chunk)
 
     def rechunk(self, size: int) -> int:
         """Split the chunks no thread has taken yet into chunks of at most ``size`` inputs,
@@ -419,6 +436,17 @@ class MultiThreadMapData(MapperBase):
         threads = self.num_workers
         if self.autotuned:  # (no more processes than the budget's cores: they cost to start)
             self.num_workers = min(threads, self._auto_maximum())
+        old = self._transport
+        # the threads stop first: the chunks not started are taken back, and each thread hands
+        # back the rest of the chunk it holds once its input in progress is mapped. The work
+        # holds the GIL: threads that went on mapping would slow the start of the processes
+        # (0.65 s for two, behind 8 such threads) and take their work meanwhile; and on two
+        # busy cores, one thread behind a consumer that holds the GIL maps at the consumer's
+        # pace, keeping the inputs queued for it for seconds
+        held: list[list] = []
+        if old is not None:
+            old.hand_back()
+            held = old.take_back()
         try:
             new = self._start_workers()
         except Exception as e:  # (e.g. a map function that a spawned process cannot unpickle)
@@ -426,15 +454,20 @@ class MultiThreadMapData(MapperBase):
                            "threads", type(self).__name__, type(e).__name__, e)
             self._set_backend("thread")
             self.num_workers = threads
+            if old is not None:
+                old.resume(held)  # (what the threads handed back comes back to them)
             if self._tuner is not None:
                 self._tuner.moved(None)
             return
-        old, self._retiring, self._transport = self._transport, self._transport, new
-        # the chunks the threads have not started move with the work: on two busy cores, one
-        # thread behind a consumer that holds the GIL maps at the consumer's pace, and the
-        # inputs queued for it would otherwise keep it (and its GIL hand-offs) for seconds
-        sched.swap_transport(new, self._retire_threads,
-                             old.take_back() if old is not None else [])
+        self._retiring, self._transport = old, new
+        sched.swap_transport(new, self._retire_threads, held)
+        if self._buffer_auto:
+            # (a buffer sized for the threads it may run: hundreds of inputs queued at two
+            # processes, in turn, end a pass with one of them mapping alone; the buffer of a
+            # process stage of this many workers bounds the inputs in flight from now on; the
+            # checkpoints, taken for the larger buffer, hold for a smaller one)
+            sched.buffer_size = min(sched.buffer_size,
+                                    resolve_buffer("auto", self.num_workers))
         if self._tuner is not None:
             self._tuner.moved(self._core_per_worker)
 
