@@ -184,3 +184,43 @@ def test_which_thread_stages_may_move() -> None:
     # work that computes (rather than waits), with a core to spare
     assert [may_move(True, 2), may_move(True, 4), may_move(False, 2), may_move(True, 1)] == [
         True, True, False, False]
+
+
+def _slow_pid(dp: list) -> list:
+    time.sleep(0.002)
+    return [dp[0], os.getpid()]
+
+
+def test_a_burst_waits_for_the_workers_still_starting(monkeypatch) -> None:
+    # all inputs in flight at once (a buffer as large as the pass): without the backlog they
+    # all went to the first worker that announced itself, and the other idled
+    from dataflow.parallel import MultiProcessMapDataZMQ, _zmq_consumer
+
+    monkeypatch.setattr(_zmq_consumer, "BACKLOG_WAIT", 60.0)  # (however slow a start is)
+    n = 256
+    with MultiProcessMapDataZMQ(flows.Range(n), 2, _slow_pid, buffer_size=n, strict=True,
+                                ordered=True) as m:
+        got = [tuple(dp) for dp in m]
+    assert [i for i, _ in got] == list(range(n))
+    per_worker = Counter(pid for _, pid in got)
+    assert len(per_worker) == 2 and min(per_worker.values()) >= n // 4, per_worker
+
+
+def test_an_automatic_buffer_is_sized_again_for_the_processes() -> None:
+    # an autotuned thread stage sizes its buffer for the most threads it may run (hundreds of
+    # inputs); once its work moved to 2 processes, at most a process stage's buffer is in flight
+    m = MultiThreadMapData(flows.Range(N), AUTOTUNE, flows.random_draws, buffer_size="auto",
+                           strict=True, ordered=True, seed=11)
+    m._may_move = True
+    autotune(m, cores=2)
+    want = _reference()[0]
+    with m:
+        itr = iter(m)
+        got = [tuple(next(itr))]
+        before = m._sched.buffer_size
+        m._request_move()
+        got.extend(tuple(dp) for dp in itr)
+        after = m._sched.buffer_size
+    assert before == m.buffer_size and before > 200
+    assert after == 200  # (the auto buffer of up to 12 processes)
+    assert got == want
