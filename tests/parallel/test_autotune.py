@@ -132,6 +132,40 @@ def test_choose_backend(overlap, cores_used, budget, backend, computes) -> None:
     assert (choice.backend, choice.computes) == (backend, computes)
 
 
+@pytest.mark.parametrize(("idle", "backend"), [
+    (None, "process"),  # not known: one core's worth among 3 threads holds the GIL
+    (1.0, "process"),  # a core stood idle: the threads could not use it (the GIL)
+    (0.49, "thread"),  # the cores were busy: one core's worth tells nothing
+])
+def test_one_core_used_says_gil_only_if_cores_stood_idle(idle, backend) -> None:
+    choice = choose_backend(3.0, 1.1, 2, idle)
+    assert (choice.backend, choice.computes) == (backend, True)
+    if backend == "thread":
+        assert choice.reason == ("it computes (3.0 threads mapping at once used 1.10 cores), "
+                                 "but the cores were busy (0.49 idle), so whether it holds the "
+                                 "GIL is unknown: threads")
+
+
+def test_idle_seconds_are_read_for_this_process_cores() -> None:
+    import os
+    import sys
+    import time
+
+    from dataflow.parallel.autotuning.backend import idle_seconds
+
+    first = idle_seconds()
+    if not sys.platform.startswith("linux"):
+        assert first is None
+        return
+    assert first is not None
+    time.sleep(0.05)
+    second = idle_seconds()
+    assert second is not None and second[1] > first[1]
+    # never more idle time than the cores of the process's affinity had
+    elapsed = second[1] - first[1]
+    assert 0 <= second[0] - first[0] <= len(os.sched_getaffinity(0)) * elapsed + 0.02
+
+
 def test_the_probe_measures_the_union_of_the_spans() -> None:
     probe = BackendProbe(4)
     # two threads each mapping 20 ms chunks side by side with 20 ms of CPU each: 2 cores

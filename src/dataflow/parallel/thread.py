@@ -487,7 +487,7 @@ class MultiThreadMapData(MapperBase):
         if not self._choose or self.backend_choice is not None or self.backend != "thread":
             return None
         if self._backend_probe is None:
-            self._backend_probe = BackendProbe(self._share().cores)
+            self._backend_probe = BackendProbe(self._share().cores, idle=True)
         return self._probe_span
 
     def _probing(self) -> bool:

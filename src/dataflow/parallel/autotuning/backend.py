@@ -15,10 +15,20 @@ threads. Work that holds the GIL uses one core at most, however many threads ove
 take turns): processes, unless the budget has a single core. The probe decides once it has
 seen enough (:data:`PROBE_CHUNKS` chunks over :data:`PROBE_SECONDS` of mapping), or at
 :data:`PROBE_LIMIT` seconds with what it has.
+
+Threads that release the GIL also use about one core when the cores are busy with something
+else (the consumer's own work, other processes): two threads of OpenCV work beside a Python
+consumer on two cores used 1.0-1.3 cores. So the probe also reads how much of the process's
+cores stood idle while it measured (Linux: ``/proc/stat``, the CPUs of the process's
+affinity): work that holds the GIL leaves cores idle; where none were (less than
+:data:`IDLE_ENOUGH` of a core), one core's worth tells nothing, and the stage stays on
+threads (its controller still moves the work if the consumer waits for it at one thread).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 
 __all__ = ["BackendChoice", "BackendProbe", "choose_backend", "may_move", "thread_start"]
@@ -31,6 +41,9 @@ PROBE_LIMIT, PROBE_MAX_CHUNKS = 2.0, 256
 WAITS_BELOW, RELEASES_FROM = 0.5, 1.3
 #: the threads overlapped enough to tell whether the work holds the GIL
 OVERLAP_ENOUGH = 1.5
+#: cores idle on average while the probe measured, below which "about one core used" may be
+#: threads held back by other work rather than by the GIL
+IDLE_ENOUGH = 0.5
 
 
 @dataclass(frozen=True)
@@ -48,10 +61,12 @@ class BackendChoice:
                 "overlap": round(self.overlap, 2), "cores": round(self.cores, 2)}
 
 
-def choose_backend(overlap: float, cores_used: float, budget: int) -> BackendChoice:
+def choose_backend(overlap: float, cores_used: float, budget: int,
+                   idle: float | None = None) -> BackendChoice:
     """The choice from the probe's figures (see the module docstring): ``overlap``, threads
     mapping at once on average; ``cores_used``, cores they used while mapping; ``budget``,
-    the cores the stage may use."""
+    the cores the stage may use; ``idle``, cores of the process's that stood idle meanwhile
+    (``None``: not known)."""
     figures = f"{overlap:.1f} threads mapping at once used {cores_used:.2f} cores"
     if cores_used < WAITS_BELOW:
         return BackendChoice("thread", f"it waits ({figures}): threads", False, overlap,
@@ -66,6 +81,10 @@ def choose_backend(overlap: float, cores_used: float, budget: int) -> BackendCho
     if budget < 2:
         return BackendChoice("thread", "one core in the budget: threads (processes would "
                              "only add copies)", True, overlap, cores_used)
+    if idle is not None and idle < IDLE_ENOUGH:
+        return BackendChoice(
+            "thread", f"it computes ({figures}), but the cores were busy ({idle:.2f} idle), "
+            "so whether it holds the GIL is unknown: threads", True, overlap, cores_used)
     return BackendChoice("process", f"it holds the GIL ({figures}): processes", True,
                          overlap, cores_used)
 
@@ -74,11 +93,13 @@ class BackendProbe:
     """Collects the chunk spans of a thread stage's first inputs; :meth:`add` returns the
     :class:`BackendChoice` once it can tell, else ``None``."""
 
-    def __init__(self, budget: int) -> None:
+    def __init__(self, budget: int, idle: bool = False) -> None:
         self.budget = budget
         self._spans: list[tuple[float, float]] = []
         self._cpu = self._wall = 0.0
         self._first = float("inf")
+        # (``idle``: read the idle time of the process's cores, where the OS tells it)
+        self._idle0 = idle_seconds() if idle else None
 
     def add(self, start: float, end: float, cpu: float) -> BackendChoice | None:
         spans = self._spans
@@ -94,7 +115,27 @@ class BackendProbe:
         if not late and busy < PROBE_SECONDS:
             return None
         busy = max(busy, 1e-9)
-        return choose_backend(self._wall / busy, self._cpu / busy, self.budget)
+        idle = None
+        if self._idle0 is not None:
+            now = idle_seconds()
+            if now is not None:
+                idle = (now[0] - self._idle0[0]) / max(now[1] - self._idle0[1], 1e-9)
+        return choose_backend(self._wall / busy, self._cpu / busy, self.budget, idle)
+
+
+def idle_seconds() -> tuple[float, float] | None:
+    """``(idle seconds of the CPUs this process may run on, since boot; monotonic clock)``
+    from ``/proc/stat`` (Linux), or ``None`` where it cannot be read."""
+    try:
+        cpus = {f"cpu{c}" for c in os.sched_getaffinity(0)}
+        hz = os.sysconf("SC_CLK_TCK")
+        with open("/proc/stat") as f:
+            lines = [line.split() for line in f if line.startswith("cpu")]
+    except (OSError, AttributeError, ValueError):
+        return None
+    # columns: user nice system idle iowait ...: idle and iowait are time the CPU stood idle
+    ticks = sum(int(p[4]) + int(p[5]) for p in lines if p[0] in cpus and len(p) > 5)
+    return ticks / hz, time.monotonic()
 
 
 def _union(spans: list[tuple[float, float]]) -> float:
