@@ -22,7 +22,7 @@ from typing import Any
 from dataflow.parallel._bootstrap import get_context, limited_thread_env, parent_info
 from dataflow.service.worker import worker_main
 
-__all__ = ["PoolWorker", "ProcessPool", "WorkerSpec"]
+__all__ = ["Pool", "PoolWorker", "ProcessPool", "WorkerSpec"]
 
 
 @dataclass
@@ -60,7 +60,30 @@ class _ProcessWorker(PoolWorker):
         return tuple(float(x) for x in self.counters)
 
 
-class ProcessPool:
+class Pool:
+    """What every pool shares: its slots, ``workers()``, and ``resize(n)``; a pool starts a
+    worker with ``_spawn(slot, generation)`` and stops one with ``_stop(worker)``."""
+
+    _workers: list[Any]
+
+    def _spawn(self, wid: int, generation: int) -> Any:
+        raise NotImplementedError
+
+    def _stop(self, w: Any) -> None:
+        raise NotImplementedError
+
+    def workers(self) -> list[PoolWorker]:
+        return list(self._workers)
+
+    def resize(self, n: int) -> None:
+        """Run ``n`` workers: start new slots, or stop the highest ones."""
+        while len(self._workers) < n:
+            self._workers.append(self._spawn(len(self._workers), 0))
+        while len(self._workers) > max(n, 0):
+            self._stop(self._workers.pop())
+
+
+class ProcessPool(Pool):
     """Workers as local processes (``start_method``: how they start, as for the mappers)."""
 
     #: the kind of pool, as ``stats()`` names it
@@ -84,16 +107,6 @@ class ProcessPool:
             proc.start()
         send.close()
         return _ProcessWorker(wid, generation, proc, recv, counters)
-
-    def workers(self) -> list[PoolWorker]:
-        return list(self._workers)
-
-    def resize(self, n: int) -> None:
-        """Run ``n`` workers: start new slots, or stop the highest ones."""
-        while len(self._workers) < n:
-            self._workers.append(self._spawn(len(self._workers), 0))
-        while len(self._workers) > max(n, 0):
-            self._stop(self._workers.pop())
 
     def check(self) -> list[PoolWorker]:
         """Read the addresses of starting workers; replace each worker that died. Returns
@@ -119,8 +132,7 @@ class ProcessPool:
         """The workers' process ids (the benchmarks and tests kill them)."""
         return [w.proc.pid for w in self._workers]
 
-    @staticmethod
-    def _stop(w: _ProcessWorker) -> None:
+    def _stop(self, w: _ProcessWorker) -> None:
         with contextlib.suppress(Exception):
             w.proc.kill()
         with contextlib.suppress(Exception):

@@ -53,7 +53,7 @@ from typing import Any
 
 from dataflow import rng as _rng
 from dataflow.service import protocol
-from dataflow.service.pool import PoolWorker, WorkerSpec
+from dataflow.service.pool import Pool, PoolWorker, WorkerSpec
 
 __all__ = ["RayPool", "RemoteService"]
 
@@ -291,7 +291,7 @@ class _ClusterShare:
         return max(1, int(self.pool.cpus() / per_worker))
 
 
-class RayPool:
+class RayPool(Pool):
     """The workers of a service as Ray actors; the view :class:`ProcessPool` gives the
     dispatcher (see the module's docstring). Made in the dispatcher actor; ``address``: the
     cluster to join when Ray is not initialized in this process yet."""
@@ -372,16 +372,6 @@ class RayPool:
 
     # ---- the dispatcher's view ---------------------------------------------------------------
 
-    def workers(self) -> list[PoolWorker]:
-        return list(self._workers)
-
-    def resize(self, n: int) -> None:
-        """Run ``n`` workers: start new slots, or stop the highest ones."""
-        while len(self._workers) < n:
-            self._workers.append(self._spawn(len(self._workers), 0))
-        while len(self._workers) > max(n, 0):
-            self._kill(self._workers.pop())
-
     def check(self) -> list[PoolWorker]:
         """Read what the workers answered (addresses, figures) without waiting; replace each
         worker whose actor is gone. Returns the workers that were lost."""
@@ -400,7 +390,7 @@ class RayPool:
             if w.run_ref in ready:  # (run() ends only with its actor)
                 w.error = self._outcome(w.run_ref)
                 lost.append(w)
-                self._kill(w)
+                self._stop(w)
                 if self._node_lost(w.node):
                     self._down.add(str(w.node))
                 self._workers[k] = self._spawn(w.wid, w.generation + 1)
@@ -437,7 +427,7 @@ class RayPool:
         """The process ids of the workers that listen (on their nodes)."""
         return [w.pid for w in self._workers if w.pid is not None]
 
-    def _kill(self, w: _ActorWorker) -> None:
+    def _stop(self, w: _ActorWorker) -> None:
         with contextlib.suppress(Exception):
             self._ray.kill(w.actor, no_restart=True)
 
@@ -448,7 +438,7 @@ class RayPool:
         workers, self._workers = self._workers, []
         if workers and self._ray.is_initialized():
             for w in workers:
-                self._kill(w)
+                self._stop(w)
             with contextlib.suppress(Exception):
                 self._ray.wait([w.run_ref for w in workers], num_returns=len(workers),
                                timeout=CLOSE_TIMEOUT)
