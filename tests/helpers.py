@@ -200,6 +200,22 @@ def wait_until(cond: Callable[[], bool], timeout: float = 30.0) -> bool:
     return True
 
 
+def timed(itr: Any, on_item: Callable[[int], None] | None = None) -> tuple[list, float]:
+    """``(outputs of itr, longest gap in seconds between two, the first measured from the
+    call)``; ``on_item(count)`` after each output (e.g. to inject a fault)."""
+    import time
+
+    out: list = []
+    gap, last = 0.0, time.monotonic()
+    for dp in itr:
+        now = time.monotonic()
+        gap, last = max(gap, now - last), now
+        out.append(dp)
+        if on_item is not None:
+            on_item(len(out))
+    return out, gap
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (for a server a test starts on a known address)."""
     import socket

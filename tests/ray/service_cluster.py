@@ -57,6 +57,8 @@ from typing import Any
 
 import psutil
 
+from tests.helpers import timed
+
 #: per-input sleep of the map (tests.service.pipelines.tag), set for the cluster's processes
 SLEEP = "0.005"
 #: outputs received before the node or the dispatcher is killed
@@ -185,14 +187,7 @@ def _consumer(address: str, rank: int = 0, world: int = 1, **kw: Any) -> Any:
 def _epoch(c: Any, on_item: Any = None) -> tuple[list[list], float]:
     """One epoch of consumer ``c``: its outputs and the longest gap between two (the first
     measured from the start of the epoch)."""
-    out, gap, last = [], 0.0, time.monotonic()
-    for dp in c:
-        now = time.monotonic()
-        gap, last = max(gap, now - last), now
-        out.append(list(dp))
-        if on_item is not None:
-            on_item(len(out))
-    return out, gap
+    return timed((list(dp) for dp in c), on_item)
 
 
 def _read(address: str, rank: int = 0, world: int = 1, on_item: Any = None,

@@ -20,7 +20,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -29,7 +28,7 @@ import psutil
 import pytest
 
 from dataflow.service import DataService, ServiceData
-from tests.helpers import wait_until
+from tests.helpers import timed, wait_until
 from tests.ray import service_cluster
 from tests.service import pipelines
 
@@ -53,13 +52,8 @@ def _read(address, rank=0, world=1, epochs=1, on_item=None):
     c.reset_state()
     out, gap = [], 0.0
     for _ in range(epochs):
-        epoch, last = [], time.monotonic()
-        for dp in c:
-            now = time.monotonic()
-            gap, last = max(gap, now - last), now
-            epoch.append(list(dp))
-            if on_item is not None:
-                on_item(len(epoch))
+        epoch, stall = timed((list(dp) for dp in c), on_item)
+        gap = max(gap, stall)
         out.append(epoch)
     c.close()
     return out, gap

@@ -20,7 +20,7 @@ import zmq
 import dataflow as df
 from dataflow.errors import WorkerError
 from dataflow.service import DataService, ServiceData, ServiceError
-from tests.helpers import free_port, wait_until
+from tests.helpers import free_port, timed, wait_until
 from tests.service import pipelines
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,18 +35,6 @@ def _consumer(address, rank=0, world=1, **kw):
     c = ServiceData(address, rank=rank, world_size=world, timeout=kw.pop("timeout", 20), **kw)
     c.reset_state()
     return c
-
-
-def _timed(itr, on_item=None):
-    """(outputs, longest gap between two outputs in seconds)."""
-    out, gap, last = [], 0.0, time.monotonic()
-    for dp in itr:
-        now = time.monotonic()
-        gap, last = max(gap, now - last), now
-        out.append(dp)
-        if on_item is not None:
-            on_item(len(out))
-    return out, gap
 
 
 def _reference(n=pipelines.N, seed=5):
@@ -109,7 +97,7 @@ def test_a_worker_killed_mid_epoch_loses_and_repeats_nothing(monkeypatch):
             if k == 60:
                 os.kill(victim, signal.SIGKILL)
 
-        got, stall = _timed(c, kill)
+        got, stall = timed(c, kill)
         assert svc.stats()["restarts"] == 1
         c.close()
     ids = Counter(dp[0] for dp in got)
@@ -235,7 +223,7 @@ def test_the_dispatcher_killed_and_started_again_on_its_address():
                 procs.append(_serve(address, env))  # the same address again
                 restarted.append(time.monotonic())
 
-        got, stall = _timed((list(dp) for dp in c), kill)
+        got, stall = timed((list(dp) for dp in c), kill)
         c.close()
     finally:
         for p in procs:
