@@ -84,9 +84,9 @@ wheel:
 kernel-venvs:
 	[ -x .venv-kernels-old/bin/python ] || $(PYTHON) -m venv .venv-kernels-old
 	.venv-kernels-old/bin/pip install --quiet "numpy==1.23.5" "opencv-python-headless==4.8.0.76" \
-	  msgpack msgpack-numpy pyzmq tqdm
+	  "simplejpeg==1.7.6" msgpack msgpack-numpy pyzmq tqdm
 	[ -x .venv-kernels-new/bin/python ] || $(PYTHON) -m venv .venv-kernels-new
-	.venv-kernels-new/bin/pip install --quiet --upgrade numpy opencv-python-headless msgpack \
+	.venv-kernels-new/bin/pip install --quiet --upgrade numpy opencv-python-headless simplejpeg msgpack \
 	  msgpack-numpy pyzmq tqdm
 
 clean:

@@ -22,6 +22,10 @@ from dataflow.jpeg import decode_jpeg, jpeg_shape
 
 TURBO = jpeg.fast_path_status() is None
 needs_turbo = pytest.mark.skipif(not TURBO, reason=f"fast path off: {jpeg.fast_path_status()}")
+HAS_SIMPLEJPEG = jpeg._load_simplejpeg() is not None
+#: the fallback's whole-image decoders (simplejpeg where installed: the imgaug extra's)
+FALLBACKS = ["cv2", pytest.param("simplejpeg", marks=pytest.mark.skipif(
+    not HAS_SIMPLEJPEG, reason="simplejpeg not installed (the imgaug extra installs it)"))]
 SAMPLING = {
     "420": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_420,
     "422": cv2.IMWRITE_JPEG_SAMPLING_FACTOR_422,
@@ -73,23 +77,23 @@ def test_jpeg_shape_reads_the_header(backend):
         jpeg_shape(b"\x89PNG\r\n\x1a\n" + bytes(40), backend=backend)
 
 
-@needs_turbo
+@pytest.mark.parametrize("backend", ["auto", *FALLBACKS])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("color", ["bgr", "rgb", "gray"])
-def test_full_decode_is_cv2_imdecode(kind, color):
+def test_full_decode_is_cv2_imdecode(kind, color, backend):
     data = make_jpeg(61, 83, **kind)
     ref = imdecode(data, cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR)
     if color == "rgb":
         ref = ref[:, :, ::-1]
-    out = decode_jpeg(data, color=color)
-    assert out.dtype == np.uint8 and out.shape == ref.shape
+    out = decode_jpeg(data, color=color, backend=backend)
+    assert out.dtype == np.uint8 and out.shape == ref.shape and out.flags["C_CONTIGUOUS"]
     np.testing.assert_array_equal(out, ref)
 
 
-@needs_turbo
-def test_gray_jpeg_decodes_to_bgr_like_cv2():
+@pytest.mark.parametrize("backend", ["auto", *FALLBACKS])
+def test_gray_jpeg_decodes_to_bgr_like_cv2(backend):
     data = make_jpeg(30, 41, gray=True)
-    np.testing.assert_array_equal(decode_jpeg(data), imdecode(data))
+    np.testing.assert_array_equal(decode_jpeg(data, backend=backend), imdecode(data))
 
 
 FULL = {}
@@ -159,7 +163,7 @@ def test_argument_errors_name_the_parameter():
         decode_jpeg(12345)
 
 
-@pytest.mark.parametrize("backend", ["auto", "cv2"])
+@pytest.mark.parametrize("backend", ["auto", *FALLBACKS])
 def test_corrupt_and_truncated_data_raise(backend):
     data = make_jpeg(64, 64)
     with pytest.raises(ImageDecodeError, match="cannot decode the JPEG data"):
@@ -170,80 +174,99 @@ def test_corrupt_and_truncated_data_raise(backend):
     # the window lies above the missing part: still an error
     with pytest.raises(ImageDecodeError, match="truncated"):
         decode_jpeg(cut, (0, 0, 8, 8), backend=backend)
-    if backend == "cv2" and imdecode(cut) is None:  # OpenCV 5 refuses truncated data
+    decoder = "turbo" if jpeg._turbo(backend) else jpeg._fallback(backend)
+    if decoder == "cv2" and imdecode(cut) is None:  # OpenCV 5 refuses truncated data
         with pytest.raises(ImageDecodeError, match=r"cv2\.imdecode failed"):
             decode_jpeg(cut, strict=False, backend=backend)
         return
-    # lenient: libjpeg fills the missing rows with grey; the fallback gives what OpenCV gives
-    # (OpenCV 4.8 does not fill them with grey)
+    # lenient: libjpeg fills the missing rows with grey (the fast path, simplejpeg); the cv2
+    # fallback gives what OpenCV gives (OpenCV 4.8 does not fill them with grey)
     out = decode_jpeg(cut, strict=False, backend=backend)
     assert out.shape == (64, 64, 3)
-    if backend == "cv2":
+    if decoder == "cv2":
         np.testing.assert_array_equal(out, imdecode(cut))
     else:
         assert (out[-1] == 128).all()
 
 
-@needs_turbo
-def test_corrupt_entropy_data_is_a_libjpeg_warning_turned_error():
+@pytest.mark.parametrize("backend", [
+    pytest.param("turbo", marks=needs_turbo), FALLBACKS[1]])
+def test_corrupt_entropy_data_is_a_libjpeg_warning_turned_error(backend):
     data = bytearray(make_jpeg(64, 64))
     sos = data.rfind(b"\xff\xda")
     data[sos + 40 : sos + 44] = b"\xff\xd0\xff\xd3"  # restart markers where none belong
-    with pytest.raises(ImageDecodeError, match="libjpeg warning; pass strict=False"):
-        decode_jpeg(bytes(data))
-    assert decode_jpeg(bytes(data), strict=False).shape == (64, 64, 3)
+    why = "libjpeg warning" if backend == "turbo" else "Corrupt JPEG data.*simplejpeg"
+    with pytest.raises(ImageDecodeError, match=f"{why}; pass strict=False"):
+        decode_jpeg(bytes(data), backend=backend)
+    assert decode_jpeg(bytes(data), strict=False, backend=backend).shape == (64, 64, 3)
 
 
-def test_fallback_gives_the_same_shapes_and_window_pixels():
+@pytest.mark.parametrize("backend", FALLBACKS)
+def test_fallback_gives_the_same_shapes_and_window_pixels(backend):
     data = make_jpeg(97, 130)
     full = imdecode(data)
-    out = decode_jpeg(data, (7, 9, 50, 40), backend="cv2")
+    out = decode_jpeg(data, (7, 9, 50, 40), backend=backend)
     np.testing.assert_array_equal(out, full[9:49, 7:57])
-    scaled = decode_jpeg(data, (8, 4, 100, 80), min_size=40, backend="cv2")
+    scaled = decode_jpeg(data, (8, 4, 100, 80), min_size=40, backend=backend)
     assert scaled.shape == (40, 50, 3)  # scale 1/2: window (4, 2, 50, 40)
     # OpenCV's reduced decode is libjpeg-turbo's DCT scaling, as the fast path's
     ref = imdecode(data, cv2.IMREAD_REDUCED_COLOR_2)
     assert ref.shape == (49, 65, 3)
     np.testing.assert_array_equal(scaled, ref[2:42, 4:54])
-    np.testing.assert_array_equal(decode_jpeg(data, color="gray", backend="cv2"),
+    np.testing.assert_array_equal(decode_jpeg(data, color="gray", backend=backend),
                                   imdecode(data, cv2.IMREAD_GRAYSCALE))
 
 
 @needs_turbo
+@pytest.mark.parametrize("backend", FALLBACKS)
 @pytest.mark.parametrize("d", [1, 2, 4, 8])
 @pytest.mark.parametrize("color", ["bgr", "rgb", "gray"])
 @pytest.mark.parametrize("kind", [{"sampling": "420"}, {"sampling": "444", "progressive": True},
                                   {"sampling": "422", "gray": True}])
-def test_fallback_gives_the_fast_paths_pixels_at_every_scale(d, color, kind):
+def test_fallback_gives_the_fast_paths_pixels_at_every_scale(d, color, kind, backend):
     data = make_jpeg(301, 457, seed=d, **kind)
     for crop in (None, (10, 21, 100, 90), (400, 290, 57, 11)):
         fast = decode_jpeg(data, crop, scale=d, color=color, backend="turbo")
-        slow = decode_jpeg(data, crop, scale=d, color=color, backend="cv2")
+        slow = decode_jpeg(data, crop, scale=d, color=color, backend=backend)
         assert slow.shape == fast.shape and slow.flags["C_CONTIGUOUS"]
         np.testing.assert_array_equal(slow, fast)
 
 
-def test_environment_variable_turns_the_extension_off_and_the_note_says_how_to_get_it():
+@pytest.mark.parametrize("fallback", FALLBACKS)
+def test_environment_variable_turns_the_extension_off_and_the_note_says_how_to_get_it(fallback):
     code = ("import logging, sys; logging.basicConfig(stream=sys.stdout); "
             "from dataflow import jpeg; print(jpeg.fast_path_status()); "
             "print(jpeg.fast_path_note()); print(jpeg.fast_path_note(only_if_used=False)); "
             "data = sys.stdin.buffer.read(); "
-            "jpeg.decode_jpeg(data); jpeg.decode_jpeg(data); print(jpeg.fast_path_note())")
-    env = dict(os.environ, DATAFLOW_NO_JPEG_EXT="1")
+            "jpeg.decode_jpeg(data); jpeg.decode_jpeg(data); print(jpeg.fast_path_note()); "
+            "print(sorted(m for m in ('cv2', 'simplejpeg') if m in sys.modules))")
+    env = dict(os.environ, DATAFLOW_NO_JPEG_EXT="1", DATAFLOW_JPEG_FALLBACK=fallback)
     out = subprocess.run([sys.executable, "-c", code], input=make_jpeg(20, 30), env=env,
                          capture_output=True, check=True, timeout=120).stdout.decode()
     lines = out.splitlines()
     reason = "the C extension dataflow.jpeg._jpeg is disabled by DATAFLOW_NO_JPEG_EXT=1"
     assert lines[0] == reason
-    note = (f"JPEG fast path off ({reason}): decoding with OpenCV's DCT-scaled cv2.imdecode "
-            f"instead; to get it, {jpeg.HOW_TO_GET}.")
+    name = {"cv2": "OpenCV's DCT-scaled cv2.imdecode",
+            "simplejpeg": "simplejpeg (DCT-scaled)"}[fallback]
+    note = (f"JPEG fast path off ({reason}): decoding whole images with {name} instead; to get "
+            f"it, {jpeg.HOW_TO_GET}.")
     assert lines[1] == "None"  # nothing decoded yet
     assert lines[2] == note
-    assert lines[3].startswith("WARNING:dataflow.jpeg:dataflow.jpeg: the region-decoding fast "
-                               f"path is off ({reason}); decoding whole images with cv2.imdecode")
-    assert lines[3].endswith(f"To get it, {jpeg.HOW_TO_GET}.")
+    assert lines[3] == ("WARNING:dataflow.jpeg:dataflow.jpeg: the region-decoding fast path is "
+                        f"off ({reason}); decoding whole images with {name} (at 1/2, 1/4 or 1/8 "
+                        f"scale where a window allows). To get it, {jpeg.HOW_TO_GET}.")
     assert lines[4] == note
-    assert len(lines) == 5  # the warning once
+    # the decoder that was named is the one that decoded (simplejpeg: OpenCV never imported)
+    assert lines[5] == str(["cv2"] if fallback == "cv2" else ["simplejpeg"])
+    assert len(lines) == 6  # the warning once
+
+
+def test_simplejpeg_backend_without_the_package_names_the_extra(monkeypatch):
+    monkeypatch.setattr(jpeg, "_simplejpeg_module", None)
+    with pytest.raises(ImportError, match=r"pip install 'dataflow-reloaded\[imgaug\]'"):
+        decode_jpeg(make_jpeg(8, 8), backend="simplejpeg")
+    if not TURBO:  # "auto" then decodes with OpenCV
+        np.testing.assert_array_equal(decode_jpeg(make_jpeg(8, 8)), imdecode(make_jpeg(8, 8)))
 
 
 def test_auto_falls_back_without_the_extension_and_logs_once(monkeypatch, caplog):
@@ -314,3 +337,18 @@ def test_decoding_in_threads_gives_the_same_pixels():
     for t in threads:
         t.join()
     assert not errors
+
+
+@pytest.mark.parametrize("backend", ["auto", *FALLBACKS])
+def test_decode_image_gives_cv2_imdecode_pixels_with_every_decoder(backend):
+    png = cv2.imencode(".png", imdecode(make_jpeg(9, 11)))[1].tobytes()
+    for data in (make_jpeg(45, 67, seed=2), make_jpeg(33, 20, gray=True), png,
+                 _with_orientation(make_jpeg(30, 50), 3)):
+        for color, flag in (("bgr", cv2.IMREAD_COLOR), ("rgb", cv2.IMREAD_COLOR),
+                            ("gray", cv2.IMREAD_GRAYSCALE)):
+            ref = imdecode(data, flag)
+            out = decode_image(data, color, backend=backend)
+            np.testing.assert_array_equal(out, ref[:, :, ::-1] if color == "rgb" else ref)
+    data = make_jpeg(40, 40)
+    with pytest.raises(ImageDecodeError, match="truncated"):
+        decode_image(data[: len(data) // 2], backend=backend)

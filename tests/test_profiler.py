@@ -303,10 +303,12 @@ def test_the_report_says_when_the_jpeg_fast_path_is_off():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=False,
-                         env={**__import__("os").environ, "DATAFLOW_NO_JPEG_EXT": "1"})
+                         env={**__import__("os").environ, "DATAFLOW_NO_JPEG_EXT": "1",
+                              "DATAFLOW_JPEG_FALLBACK": "cv2"})
     assert out.returncode == 0, out.stderr
     # (one note per report: each of the two image flows says it)
     notes = [x for x in out.stdout.splitlines() if x.startswith("note: ")]
     assert len(notes) == 2 and notes[0] == notes[1]
     assert notes[0].startswith("note: JPEG fast path off (")
-    assert "cv2.imdecode instead; to get it, " in notes[0]
+    assert "decoding whole images with OpenCV's DCT-scaled cv2.imdecode instead; to get it, " \
+        in notes[0]

@@ -18,7 +18,7 @@ from dataflow.wrappers.image import (
     AugmentImageComponents,
     AugmentImageCoordinates,
 )
-from tests.test_jpeg import _with_orientation, imdecode, make_jpeg
+from tests.test_jpeg import FALLBACKS, _with_orientation, imdecode, make_jpeg
 
 needs_turbo = pytest.mark.skipif(
     jpeg.fast_path_status() is not None, reason=f"fast path off: {jpeg.fast_path_status()}")
@@ -197,7 +197,7 @@ def test_images_the_plan_does_not_take_are_decoded_whole_like_cv2():
     jpg = make_jpeg(40, 50, seed=1)
     png = cv2.imencode(".png", imdecode(jpg))[1].tobytes()
     rotated = _with_orientation(jpg, 6)
-    for data, backend in ((png, "auto"), (rotated, "auto"), (jpg, "cv2")):
+    for data, backend in ((png, "auto"), (rotated, "auto"), (jpg, "cv2"), (jpg, "auto")):
         ref_augs, augs = twins(build)
         ref = ref_augs.augment(imdecode(data))
         np.testing.assert_array_equal(augs.augment_jpeg(data, backend=backend), ref)
@@ -223,13 +223,15 @@ def test_without_the_extension_the_fused_path_decodes_whole_images(monkeypatch):
     assert next(iter(flow))[0].shape == (40, 40, 3)
 
 
-@settings(max_examples=60, deadline=None)
+@pytest.mark.parametrize("backend", FALLBACKS)
+@settings(max_examples=40, deadline=None)
 @given(h=st.integers(40, 260), w=st.integers(40, 260), seed=st.integers(0, 5),
        chain=st.sampled_from(sorted(CHAINS)), color=st.sampled_from(["bgr", "rgb", "gray"]))
 def test_without_the_extension_scale_one_gives_the_same_pixels_and_draws(h, w, seed, chain,
-                                                                         color):
-    # backend="cv2": the plan runs on OpenCV (header parsed in Python); at scale 1 the same
-    # pixels as decoding first, then augmenting, and the same random draws
+                                                                         color, backend):
+    # without the fast path the plan runs on OpenCV after a whole decode (by OpenCV or by
+    # simplejpeg; the header parsed in Python); at scale 1 the same pixels as decoding first,
+    # then augmenting, and the same random draws
     t = min(h, w) // 2 + 8
     data = make_jpeg(h, w, seed=seed, sampling="420" if seed % 2 else "422")
     if "lighting" in chain and color == "gray":
@@ -240,15 +242,16 @@ def test_without_the_extension_scale_one_gives_the_same_pixels_and_draws(h, w, s
         src = imdecode(data, flag)
         src = src[:, :, ::-1] if color == "rgb" else src
         ref = ref_augs.augment(src)
-        out = augs.augment_jpeg(data, color=color, scale=False, backend="cv2")
+        out = augs.augment_jpeg(data, color=color, scale=False, backend=backend)
         assert out.shape == ref.shape and out.dtype == np.uint8
         np.testing.assert_array_equal(out, ref)
     assert same_streams(ref_augs, augs)
 
 
-@settings(max_examples=30, deadline=None)
+@pytest.mark.parametrize("backend", FALLBACKS)
+@settings(max_examples=20, deadline=None)
 @given(h=st.integers(300, 700), w=st.integers(300, 700), seed=st.integers(0, 1000))
-def test_without_the_extension_dct_scaled_within_the_documented_bound(h, w, seed):
+def test_without_the_extension_dct_scaled_within_the_documented_bound(h, w, seed, backend):
     data = smooth_jpeg(h, w, seed)
     build = lambda: [imgaug.GoogleNetRandomCropAndResize(target_shape=64),  # noqa: E731
                      imgaug.Flip(horiz=True), imgaug.Brightness(20)]
@@ -256,7 +259,7 @@ def test_without_the_extension_dct_scaled_within_the_documented_bound(h, w, seed
     fast_augs = twins(build)[0]
     for _ in range(3):
         ref = ref_augs.augment(imdecode(data))
-        out = augs.augment_jpeg(data, backend="cv2")
+        out = augs.augment_jpeg(data, backend=backend)
         diff = np.abs(ref.astype(int) - out)
         assert diff.mean() < 1.0
         assert np.mean(diff > 4) <= 0.001
@@ -266,21 +269,24 @@ def test_without_the_extension_dct_scaled_within_the_documented_bound(h, w, seed
     assert same_streams(ref_augs, augs)
 
 
-def test_without_the_extension_large_windows_are_decoded_at_a_dct_scale(monkeypatch):
+@pytest.mark.parametrize("backend", FALLBACKS)
+def test_without_the_extension_large_windows_are_decoded_at_a_dct_scale(monkeypatch, backend):
     scales = []
-    real = jpeg.cv2_decode_scaled
+    real = jpeg.decode_whole
 
-    def spy(data, d, gray, h, w):
+    def spy(data, d, gray, h, w, **kw):
         scales.append(d)
-        return real(data, d, gray, h, w)
+        img = real(data, d, gray, h, w, **kw)
+        assert img.shape[:2] == (-(-h // d), -(-w // d))
+        return img
 
-    monkeypatch.setattr(jpeg, "cv2_decode_scaled", spy)
+    monkeypatch.setattr(jpeg, "decode_whole", spy)
     data = smooth_jpeg(400, 600, 3)
     # CenterCrop(360) of 400x600, resized to 90: 1/4; to 180: 1/2; to 200: 1 (less than 2x)
     for size, d in ((90, 4), (180, 2), (200, 1)):
         augs = imgaug.AugmentorList([imgaug.CenterCrop(360), imgaug.Resize(size),
                                      imgaug.Flip(horiz=True, prob=1.0), imgaug.Gamma((0.3, 0.3))])
-        out = augs.augment_jpeg(data, backend="cv2")
+        out = augs.augment_jpeg(data, backend=backend)
         assert out.shape == (size, size, 3) and scales[-1] == d
         ref = augs.augment(imdecode(data))
         diff = np.abs(ref.astype(int) - out)

@@ -36,10 +36,11 @@ Tolerance against ``cv2.imdecode`` followed by the same augmentors (docs/jpeg.md
   < 1.0 and 99.9% of pixels within 4 levels.
 
 Without the C extension the same plan runs on OpenCV: the header is parsed in Python, the
-whole image is decoded by ``cv2.imdecode`` at the plan's DCT scale (``IMREAD_REDUCED_*``, the
-same scaled pixels as the fast path's), then cropped, resized and flipped, and the pointwise
-transforms after the resize run on the output with their own kernels (:meth:`_Plan.run_cv2`):
-at scale 1 the same pixels as the fast path, at 1/d within a level.
+whole image is decoded at the plan's DCT scale (by simplejpeg where installed, else by
+``cv2.imdecode`` with ``IMREAD_REDUCED_*``: both the same scaled pixels as the fast path's),
+then cropped, resized and flipped, and the pointwise transforms after the resize run on the
+output with their own kernels (:meth:`_Plan.run_whole`): at scale 1 the same pixels as the
+fast path, at 1/d within a level.
 
 Images this path does not handle are decoded whole with OpenCV's semantics and augmented as
 usual: data that is not JPEG, CMYK JPEGs and JPEGs with an EXIF orientation other than 1
@@ -84,8 +85,10 @@ def decode_image(
     if _is_jpeg(data):
         turbo = _jpeg._turbo(backend)
         _, _, _, space, orientation = _jpeg._header(data, turbo)
-        if turbo and orientation == 1 and space not in _jpeg._CMYK:
-            return _jpeg.decode_jpeg(data, color=color, strict=strict, backend="turbo")
+        if orientation == 1 and space not in _jpeg._CMYK:
+            # the stored grid is what cv2.imdecode gives: the fast path, else the fallback's
+            # decoder (the same pixels)
+            return _jpeg.decode_jpeg(data, color=color, strict=strict, backend=backend)
         if strict:
             _jpeg.check_complete(data)
     flag = cv2.IMREAD_GRAYSCALE if color == "gray" else cv2.IMREAD_COLOR
@@ -234,12 +237,13 @@ class _Plan:
                 return i
         return len(tfms)
 
-    def run_cv2(self, data: Any, color: str, scale: bool, strict: bool, h: int, w: int
-                ) -> np.ndarray:
-        """The plan without the C extension: OpenCV decodes the whole image, at the DCT scale
-        1/d the fast path would use (``IMREAD_REDUCED_*``: the same pixels as the fast path's
-        scaled decode), then crops, resizes and flips, and applies the pointwise transforms
-        after the resize to the output with their own kernels.
+    def run_whole(self, data: Any, color: str, scale: bool, strict: bool, h: int, w: int,
+                  backend: str) -> np.ndarray:
+        """The plan without the C extension: the whole image is decoded at the DCT scale 1/d
+        the fast path would use (:func:`dataflow.jpeg.decode_whole`: the same pixels as the
+        fast path's scaled decode), then cropped, resized and flipped by OpenCV, and the
+        pointwise transforms after the resize are applied to the output with their own
+        kernels.
 
         At scale 1 this is the decode-then-augment path's own calls (``cv2.resize`` on the
         window: the same pixels as the fast path and as augmenting after a full decode); at 1/d
@@ -252,7 +256,7 @@ class _Plan:
         d = 1
         if self.resize is not None and self.resize[2] == cv2.INTER_LINEAR and scale:
             d = _jpeg.dct_scale((win[3], win[2]), self.resize[:2])
-        img = _jpeg.cv2_decode_scaled(data, d, color == "gray", h, w)
+        img = _jpeg.decode_whole(data, d, color == "gray", h, w, backend=backend, strict=strict)
         x, y, ww, hh = win
         if self.resize is None:
             img = img[y : y + hh, x : x + ww]
@@ -440,7 +444,7 @@ def augment_jpeg(
         if turbo:
             img = plan.run(data, color, scale, strict)
         else:
-            img = plan.run_cv2(data, color, scale, strict, h, w)
+            img = plan.run_whole(data, color, scale, strict, h, w, backend)
         for t in tfms[k:]:
             img = t.apply_image(img)
     else:
