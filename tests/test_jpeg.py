@@ -352,3 +352,14 @@ def test_decode_image_gives_cv2_imdecode_pixels_with_every_decoder(backend):
     data = make_jpeg(40, 40)
     with pytest.raises(ImageDecodeError, match="truncated"):
         decode_image(data[: len(data) // 2], backend=backend)
+
+
+def test_no_c_ext_turns_off_every_extension_of_ours():
+    code = ("from dataflow import jpeg; from dataflow.wrappers import batch; "
+            "print(jpeg.fast_path_status()); print(batch._fill)")
+    env = dict(os.environ, DATAFLOW_NO_C_EXT="1")
+    env.pop("DATAFLOW_NO_JPEG_EXT", None)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True, timeout=120).stdout.splitlines()
+    assert out == ["the C extension dataflow.jpeg._jpeg is disabled by DATAFLOW_NO_C_EXT=1",
+                   "None"]

@@ -19,7 +19,19 @@ import importlib
 import os
 from typing import Any
 
-__all__ = ["EXTRAS", "import_cv2", "import_optional", "install_hint"]
+__all__ = ["EXTRAS", "NO_C_EXT_ENV", "c_extensions_off", "import_cv2", "import_optional",
+           "install_hint"]
+
+#: set to 1 to run without any of dataflow's own C extensions (the JPEG region decoder and the
+#: batch filler) even where they are built: to measure or test what an install without a
+#: compiler gets
+NO_C_EXT_ENV = "DATAFLOW_NO_C_EXT"
+
+
+def c_extensions_off() -> bool:
+    """Whether :data:`NO_C_EXT_ENV` turns dataflow's C extensions off in this process."""
+    return os.environ.get(NO_C_EXT_ENV) == "1"
+
 
 #: importable module -> (its name for people, the extra of dataflow-reloaded that installs it,
 #: or the pip command for packages that no extra installs)
@@ -30,7 +42,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "torch": ("PyTorch", "torch"), "jax": ("JAX", "jax"), "zmq": ("pyzmq", "pip install pyzmq"),
     "imgaug": ("the imgaug library", "pip install imgaug"),
     "albumentations": ("albumentations", "pip install albumentations"),
-    "simplejpeg": ("simplejpeg", "pip install simplejpeg"),
+    "simplejpeg": ("simplejpeg", "imgaug"),
     "boto3": ("boto3", "s3"), "botocore.config": ("boto3", "s3"),
     "botocore.exceptions": ("boto3", "s3"), "urllib3": ("urllib3", "s3"),
     "fsspec": ("fsspec", "streaming"),

@@ -385,7 +385,8 @@ class AugmentorList(ImageAugmentor):
                 the size of the bilinear resize that follows; False keeps scale 1.
             strict: corrupt or truncated data raises ImageDecodeError (see
                 :func:`dataflow.jpeg.decode_jpeg`).
-            backend: the decoder, ``"auto"``, ``"turbo"`` or ``"cv2"`` (whole decode).
+            backend: the decoder, ``"auto"``, ``"turbo"``, or a whole decode by
+                ``"simplejpeg"`` or ``"cv2"`` (see :func:`dataflow.jpeg.decode_jpeg`).
             return_transform: also return the transform that was applied, a TransformList
                 (``apply_coords``, ``apply_image`` on masks, ...): ``(image, transform)``.
         """

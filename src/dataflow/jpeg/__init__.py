@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from dataflow._optional import NO_C_EXT_ENV, c_extensions_off, install_hint
 from dataflow.errors import ImageDecodeError
 
 __all__ = [
@@ -52,14 +53,16 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: set to 1 to run without the C extension even where it is built (benchmarks and tests of the
-#: fallback, or to rule the extension out when looking for a bug)
+#: fallback, or to rule the extension out when looking for a bug); DATAFLOW_NO_C_EXT=1 turns
+#: off all of dataflow's C extensions
 DISABLE_ENV = "DATAFLOW_NO_JPEG_EXT"
 
 _jpeg: Any  # the C extension's module, or None
 _OFF_REASON: str | None
-if os.environ.get(DISABLE_ENV) == "1":
+if os.environ.get(DISABLE_ENV) == "1" or c_extensions_off():
     _jpeg = None
-    _OFF_REASON = f"the C extension dataflow.jpeg._jpeg is disabled by {DISABLE_ENV}=1"
+    _OFF_REASON = ("the C extension dataflow.jpeg._jpeg is disabled by "
+                   f"{DISABLE_ENV if os.environ.get(DISABLE_ENV) == '1' else NO_C_EXT_ENV}=1")
 else:
     try:
         from dataflow.jpeg import _jpeg  # (the C extension)
@@ -131,8 +134,8 @@ def _fallback(backend: str) -> str:
             return "simplejpeg" if _load_simplejpeg() is not None else "cv2"
     if backend == "simplejpeg" and _load_simplejpeg() is None:
         raise ImportError(
-            "`backend='simplejpeg'` needs the simplejpeg package: pip install "
-            "'dataflow-reloaded[imgaug]' (or pip install simplejpeg)."
+            "`backend='simplejpeg'` needs the simplejpeg package, which is not installed: "
+            f"{install_hint('simplejpeg')} (or pip install simplejpeg)."
         )
     return backend
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from dataflow._optional import NO_C_EXT_ENV, c_extensions_off
 from dataflow.base import DataFlow, DataFlowReentrantGuard, ProxyDataFlow
 from dataflow.errors import UnknownLengthError
 from dataflow.state import check_state, decode_items, encode_items
@@ -16,8 +17,10 @@ __all__ = ["NUMERIC_KINDS", "BatchData", "BatchDataByShape", "map_numeric_arrays
            "stack_component"]
 
 try:  # the optional C extension: copies equal arrays into the batch, one memcpy each
+    if c_extensions_off():
+        raise ImportError(f"turned off by {NO_C_EXT_ENV}=1")
     from dataflow.wrappers._stack import fill as _fill
-except ImportError:  # not built (no C compiler): NumPy stacks alone
+except ImportError:  # not built (no C compiler), or turned off: NumPy stacks alone
     _fill = None
 
 
