@@ -9,7 +9,8 @@ import time
 import psutil
 import pytest
 
-from dataflow.ray._session import LOCAL_SYSTEM_CONFIG, RayHooks
+from dataflow.ray._session import LOCAL_SYSTEM_CONFIG, RayHooks, loopback_node
+from dataflow.ray._session import LOOPBACK as LOOPBACK_IP
 
 
 def ray_children() -> list[str]:
@@ -41,9 +42,14 @@ def local_ray():
     hooks = RayHooks()  # (for the tests after these: Ray's SIGTERM handler, env, excepthook)
     # (its workers at the tests' priority, as in the local Ray a flow starts: at Ray's default
     # niceness of 15 they crawl while other processes keep the cores busy)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
-             _system_config=LOCAL_SYSTEM_CONFIG)
+    # on 127.0.0.1 only, as the local Ray a flow starts (a plain ray.init() on Linux listens on
+    # every interface)
+    with loopback_node(ray):
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _node_ip_address=LOOPBACK_IP, _system_config=LOCAL_SYSTEM_CONFIG)
     hooks.after_init()
+    sockets = listening([psutil.Process(), *psutil.Process().children(recursive=True)])
+    assert [s for s in sockets if s[1] not in LOOPBACK] == []
     yield ray
     ray.shutdown()
     hooks.restore()

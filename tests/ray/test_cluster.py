@@ -192,8 +192,11 @@ def test_a_crashed_cluster_does_not_break_the_next_flow(tmp_path):
             port = s.getsockname()[1]
         started = subprocess.run(
             [str(ray_cli), "start", "--head", f"--port={port}", "--num-cpus=1",
-             "--include-dashboard=false", "--disable-usage-stats"],
-            env=env, capture_output=True, text=True, timeout=120,
+             "--node-ip-address=127.0.0.1", "--include-dashboard=false",
+             "--disable-usage-stats"],
+            # (with --node-ip-address: its services on 127.0.0.1 only, as dataflow's own)
+            env={**env, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}, capture_output=True,
+            text=True, timeout=120,
         )
         assert started.returncode == 0, started.stderr[-3000:]
         address_file = Path(tmp, "ray", "ray_current_cluster")
