@@ -20,6 +20,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -124,6 +125,38 @@ def test_a_killed_worker_process_is_replaced_and_nothing_is_lost(monkeypatch):
     assert stats["restarts"] == 1
     assert stall < STALL_S, stall
     print(f"worker process killed: longest stall {stall:.3f} s")
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_auto_grows_to_the_clusters_cpus_and_gives_workers_back():
+    # the local Ray has 2 CPUs: the pool starts at one worker actor, grows to two while the
+    # consumer waits for it, and gives one back when the consumer takes its time
+    with DataService(pipelines.source(4000), pipelines.slow, backend="ray", num_workers="auto",
+                     shuffle=False) as svc:
+        assert svc.stats()["num_workers"] == 1
+        c = ServiceData(svc.address, timeout=60)
+        c.reset_state()
+        it = iter(c)
+        got = [next(it)[0] for _ in range(20)]
+        deadline = time.monotonic() + 30  # (reading as fast as the pool serves)
+        while svc.stats()["num_workers"] < 2 and time.monotonic() < deadline:
+            got.append(next(it)[0])
+        assert svc.stats()["num_workers"] == 2
+        first = svc.stats()["autotune"]["decisions"][0]
+        assert first["old"] == 1 and first["new"] == 2 and "worker-bound" in first["reason"]
+
+        def slow_read() -> int:
+            got.append(next(it)[0])
+            time.sleep(0.05)
+            return svc.stats()["num_workers"]
+
+        assert wait_until(lambda: slow_read() == 1, 45)
+        last = svc.stats()["autotune"]["decisions"][-1]
+        assert (last["old"], last["new"]) == (2, 1), last
+        assert [w["worker"] for w in svc.stats()["workers"]] == [0]
+        c.close()
+    assert got == list(range(len(got)))  # resizing lost and repeated nothing
+    assert service_cluster.ours_alive(ray) == []
 
 
 def _family() -> list[int]:

@@ -21,6 +21,12 @@ def tag(dp: list) -> list:
     return [int(dp[0]), int(np.random.randint(1 << 30)), random.random()]
 
 
+def slow(dp: list) -> list:
+    """10 ms of waiting per datapoint, whatever the environment of the worker's process."""
+    time.sleep(0.01)
+    return [dp[0]]
+
+
 def source(n: int = N) -> df.DataFromList:
     return df.DataFromList([[i] for i in range(n)], shuffle=False)
 

@@ -110,7 +110,8 @@ def test_jobs_that_want_more_than_the_pool_get_equal_shares(monkeypatch):
 
 def test_auto_grows_the_pool_while_consumers_wait_and_gives_workers_back():
     cores = min(cpu_budget().cores, 4)
-    with DataService(pipelines.source(4000), _slow, num_workers="auto", shuffle=False) as svc:
+    with DataService(pipelines.source(4000), pipelines.slow, num_workers="auto",
+                     shuffle=False) as svc:
         assert svc.stats()["num_workers"] == 1
         c = _consumer(svc.address)
         it = iter(c)
@@ -138,11 +139,6 @@ def test_auto_grows_the_pool_while_consumers_wait_and_gives_workers_back():
     assert got == list(range(len(got)))
     if cores > 1:
         assert last["new"] < last["old"], last
-
-
-def _slow(dp):
-    time.sleep(0.01)
-    return [dp[0]]
 
 
 def _image(dp):
