@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parents[2]
 STALL_S = 5.0
 
 
-def _service(n, backend="ray", workers=2, seed=5, shuffle=True):
-    return DataService(pipelines.source(n), pipelines.tag, backend=backend,
+def _service(n, backend="ray", workers=2, seed=5, shuffle=True, func=pipelines.tag):
+    return DataService(pipelines.source(n), func, backend=backend,
                        num_workers=workers, seed=seed, shuffle=shuffle)
 
 
@@ -109,10 +109,11 @@ def test_stats_name_the_ray_backend_and_its_workers():
 
 
 @pytest.mark.usefixtures("local_ray")
-def test_a_killed_worker_process_is_replaced_and_nothing_is_lost(monkeypatch):
-    monkeypatch.setenv("SVC_SLEEP", "0.005")  # (the actors' processes are started after this)
-    (want,) = _process_backend(300)
-    with _service(300) as svc:
+def test_a_killed_worker_process_is_replaced_and_nothing_is_lost():
+    (want,) = _process_backend(300)  # (the outputs do not depend on the sleep)
+    # 5 ms a datapoint, so that the kill lands mid-epoch (the sleep travels with the function:
+    # the actors do not see environment variables set after the local Ray started)
+    with _service(300, func=functools.partial(pipelines.tag, sleep=0.005)) as svc:
         victim = svc.worker_pids()[0]
 
         def kill(k):

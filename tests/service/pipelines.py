@@ -15,9 +15,11 @@ from dataflow.service import DataService
 N = 200
 
 
-def tag(dp: list) -> list:
-    """A random map: its output depends on the input and on the draws keyed by its position."""
-    time.sleep(float(os.environ.get("SVC_SLEEP", "0")))
+def tag(dp: list, sleep: float | None = None) -> list:
+    """A random map: its output depends on the input and on the draws keyed by its position.
+    It first sleeps ``sleep`` seconds (None: ``SVC_SLEEP`` of its process's environment, which
+    Ray's actors started after a change of the test's environment do not see)."""
+    time.sleep(float(os.environ.get("SVC_SLEEP", "0")) if sleep is None else sleep)
     return [int(dp[0]), int(np.random.randint(1 << 30)), random.random()]
 
 
