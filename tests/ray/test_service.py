@@ -14,6 +14,7 @@ end's test: the consumer is the same whatever the back end.)"""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -31,6 +32,7 @@ import pytest
 from dataflow.service import DataService, ServiceData
 from tests.helpers import timed, wait_until
 from tests.ray import service_cluster
+from tests.ray.conftest import pid_gone
 from tests.service import pipelines
 
 ray = pytest.importorskip("ray")
@@ -126,6 +128,34 @@ def test_a_killed_worker_process_is_replaced_and_nothing_is_lost():
     assert stats["restarts"] == 1
     assert stall < STALL_S, stall
     print(f"worker process killed: longest stall {stall:.3f} s")
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_a_frozen_worker_actor_is_replaced_and_nothing_is_lost():
+    # SIGSTOP the actor's process: Ray sees nothing wrong (its connections stay open, as for a
+    # machine cut off from the network); the pool's calls go unanswered, and after
+    # worker_timeout it kills and replaces the actor
+    (want,) = _process_backend(300)
+    svc = DataService(pipelines.source(300), functools.partial(pipelines.tag, sleep=0.005),
+                      backend="ray", num_workers=2, seed=5, worker_timeout=1.5)
+    with svc:
+        victim = svc.worker_pids()[0]
+
+        def freeze(k):
+            if k == 60:
+                os.kill(victim, signal.SIGSTOP)
+
+        try:
+            got, stall = _read(svc.address, on_item=freeze)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGCONT)
+        stats = svc.stats()
+    assert got == want  # 0 missing, 0 repeated, the same order
+    assert stats["restarts"] == 1
+    assert 1.5 <= stall < STALL_S, stall
+    assert pid_gone(victim)
+    print(f"worker actor frozen: longest stall {stall:.3f} s")
 
 
 @pytest.mark.usefixtures("local_ray")

@@ -29,6 +29,13 @@ def slow(dp: list) -> list:
     return [dp[0]]
 
 
+def stuck_at_5(dp: list) -> list:
+    """A map call that never returns for datapoint 5 (its process stays alive and beating)."""
+    if dp[0] == 5:
+        time.sleep(3600)
+    return [dp[0]]
+
+
 def source(n: int = N) -> df.DataFromList:
     return df.DataFromList([[i] for i in range(n)], shuffle=False)
 

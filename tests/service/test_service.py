@@ -4,6 +4,7 @@ measures the consumer's longest stall."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
 import pytest
 import zmq
 
@@ -103,6 +105,68 @@ def test_a_worker_killed_mid_epoch_loses_and_repeats_nothing(monkeypatch):
     ids = Counter(dp[0] for dp in got)
     assert len(ids) == 300 and max(ids.values()) == 1  # 0 missing, 0 repeated
     assert stall < 5.0, stall
+
+
+def test_a_frozen_worker_is_replaced_and_nothing_is_lost(monkeypatch, caplog):
+    # SIGSTOP: the process lives, its sockets stay open, it answers nothing (as a machine cut
+    # off without its connections closing): after worker_timeout it is killed and replaced
+    monkeypatch.setenv("SVC_SLEEP", "0.005")
+    want = _reference(300)[0]
+    with _service(n=300, workers=2, shuffle=False, worker_timeout=1.5) as svc:
+        c = _consumer(svc.address)
+        victim = svc.worker_pids()[0]
+
+        def freeze(k):
+            if k == 60:
+                os.kill(victim, signal.SIGSTOP)
+
+        try:
+            got, stall = timed(c, freeze)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGCONT)
+        stats = svc.stats()
+        c.close()
+    assert [list(dp) for dp in got] == want  # 0 missing, 0 repeated, the same outputs
+    assert stats["restarts"] == 1
+    assert not psutil.pid_exists(victim)  # (killed while stopped, and reaped)
+    assert 1.5 <= stall < 5.0, stall  # (the timeout, then the replacement's start)
+    print(f"worker frozen: longest stall {stall:.3f} s")
+    lost = [r.getMessage() for r in caplog.records if "lost" in r.getMessage()]
+    assert len(lost) == 1 and "no sign of life for 1." in lost[0], lost
+
+
+def test_a_map_call_that_never_returns_ends_the_wait_with_an_error():
+    # its process beats (it is not frozen): the consumer's timeout, counted from the workers'
+    # last answer (the dispatcher keeps answering), ends the wait
+    svc = DataService(pipelines.source(20), pipelines.stuck_at_5, num_workers=1, shuffle=False)
+    with svc:
+        c = _consumer(svc.address, timeout=2)
+        got: list[int] = []
+        t0 = time.monotonic()
+
+        def read() -> None:
+            for dp in c:
+                got.append(dp[0])
+
+        # (datapoint 4 may be held too: a worker answers a turn of up to 4 items at once)
+        with pytest.raises(ServiceError, match=f"the DataService at {svc.address} gave nothing "
+                           "for 2 s ") as err:
+            read()
+        waited = time.monotonic() - t0
+        assert svc.stats()["restarts"] == 0
+        c.close()
+    assert got in ([0, 1, 2, 3], [0, 1, 2, 3, 4])
+    assert f"output {len(got)})" in str(err.value)
+    assert 2.0 <= waited < 6.0, waited
+
+
+def test_worker_timeout_is_checked():
+    for bad in (0, -1, "10", True):
+        with pytest.raises(ValueError, match=f"`worker_timeout` must be a positive number of "
+                           f"seconds or None \\(never\\), got {bad!r}"):
+            _service(worker_timeout=bad)
+    assert _service(worker_timeout=None).worker_timeout is None
 
 
 def test_a_consumer_restarted_from_its_state_continues_exactly():

@@ -44,8 +44,10 @@ class ServiceData(EpochCounter, DataFlow):
     1) of job ``job``. Each ``__iter__`` is one epoch; ``len()`` is the per-rank count, the same
     on every rank (``partial="drop"`` leaves out at most ``world_size - 1`` datapoints of an
     epoch, ``"pad"`` repeats the first ones). ``timeout``: seconds without an answer from the
-    service before a :class:`ServiceError`. ``token``: the service's shared secret (default:
-    ``DATAFLOW_SERVICE_TOKEN``). ``prefetch``: outputs asked for ahead of the one yielded.
+    service's workers before a :class:`ServiceError` (the dispatcher answering does not count:
+    a map call stuck forever ends in this error; give more than the slowest map call).
+    ``token``: the service's shared secret (default: ``DATAFLOW_SERVICE_TOKEN``).
+    ``prefetch``: outputs asked for ahead of the one yielded.
 
     ``state_dict()`` is ``{"epoch", "pos", "done", "rank", "world_size", "start", ...}``: a
     restore continues the epoch exactly, also with another world size when every rank restores
@@ -289,7 +291,8 @@ class ServiceData(EpochCounter, DataFlow):
                         msg = self._receive_ctl()
                         if msg is None or msg["op"] != "config":
                             continue
-                        last_answer = now
+                        # (the dispatcher's answers do not reset the timeout: it can answer
+                        # while the workers give nothing)
                         self._config = msg
                         changed = msg.get("instance") != instance
                         instance = msg.get("instance")

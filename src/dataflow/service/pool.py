@@ -9,6 +9,15 @@ of :class:`ProcessPool`.
 
 A worker given back (the pool shrank) is simply stopped: its consumers learn at their next
 heartbeat that it is gone and ask the others for what it did not answer, as after a crash.
+
+A worker that gives no sign of life for ``worker_timeout`` seconds (a process frozen by
+``SIGSTOP`` or a cgroup freezer, a node cut off from the network without its connections
+closing) is treated as lost the same way: killed and replaced. A sign of life is a heartbeat
+of the worker process (a thread that counts every
+:data:`~dataflow.service.worker.BEAT_INTERVAL`) or, for a Ray actor,
+an answer to the pool's calls; a map call that holds the GIL for longer than
+``worker_timeout`` silences the heartbeat too, so the timeout must exceed the longest such
+call (``None``: never).
 """
 
 from __future__ import annotations
@@ -44,6 +53,8 @@ class PoolWorker:
         self.wid, self.generation = wid, generation
         self.address: str | None = None
         self.started = time.monotonic()
+        self.alive_at = self.started  # (the last sign of life the pool saw)
+        self.why: str | None = None  # (why it was lost, once it was)
 
     def figures(self) -> tuple[float, ...]:
         """``(busy seconds, items, bytes out, dropped messages)`` since it started, and the
@@ -55,9 +66,10 @@ class _ProcessWorker(PoolWorker):
     def __init__(self, wid: int, generation: int, proc: Any, pipe: Any, counters: Any) -> None:
         super().__init__(wid, generation)
         self.proc, self.pipe, self.counters = proc, pipe, counters
+        self.beats = 0.0  # (the heartbeat count when alive_at was set)
 
     def figures(self) -> tuple[float, ...]:
-        return tuple(float(x) for x in self.counters)
+        return tuple(float(x) for x in self.counters[:5])
 
 
 class Pool:
@@ -65,6 +77,9 @@ class Pool:
     worker with ``_spawn(slot, generation)`` and stops one with ``_stop(worker)``."""
 
     _workers: list[Any]
+    restarts: int
+    #: seconds without a sign of life after which a started worker is replaced (None: never)
+    worker_timeout: float | None = None
 
     def _spawn(self, wid: int, generation: int) -> Any:
         raise NotImplementedError
@@ -74,6 +89,27 @@ class Pool:
 
     def workers(self) -> list[PoolWorker]:
         return list(self._workers)
+
+    def _replace(self, k: int, w: Any, lost: list[PoolWorker]) -> None:
+        """Stop worker ``w`` (slot ``k``), start the next generation of its slot."""
+        lost.append(w)
+        self._stop(w)
+        self._lost(w)
+        self._workers[k] = self._spawn(w.wid, w.generation + 1)
+        self.restarts += 1
+
+    def _lost(self, w: Any) -> None:
+        """What a pool learns from a lost worker before it starts the next one."""
+
+    def _replace_silent(self, now: float, lost: list[PoolWorker]) -> None:
+        """Replace each started worker without a sign of life for ``worker_timeout``."""
+        if self.worker_timeout is None:
+            return
+        for k, w in enumerate(list(self._workers)):
+            if w.address is not None and now - w.alive_at > self.worker_timeout:
+                w.why = (f"no sign of life for {now - w.alive_at:.1f} s (a frozen process or "
+                         "an unreachable node): killed")
+                self._replace(k, w, lost)
 
     def resize(self, n: int) -> None:
         """Run ``n`` workers: start new slots, or stop the highest ones."""
@@ -89,8 +125,10 @@ class ProcessPool(Pool):
     #: the kind of pool, as ``stats()`` names it
     backend = "process"
 
-    def __init__(self, spec: WorkerSpec, start_method: str | None = None) -> None:
+    def __init__(self, spec: WorkerSpec, start_method: str | None = None,
+                 worker_timeout: float | None = None) -> None:
         self.spec = spec
+        self.worker_timeout = worker_timeout
         self._ctx: Any = get_context(start_method)
         self._parent = parent_info()
         self._workers: list[_ProcessWorker] = []
@@ -98,7 +136,8 @@ class ProcessPool(Pool):
 
     def _spawn(self, wid: int, generation: int) -> _ProcessWorker:
         recv, send = multiprocessing.Pipe(duplex=False)
-        counters = self._ctx.Array("d", 5, lock=False)
+        # busy seconds, items, bytes out, dropped messages, inputs queued; heartbeats
+        counters = self._ctx.Array("d", 6, lock=False)
         proc = self._ctx.Process(
             target=worker_main, name=f"dataflow-service-worker-{wid}",
             args=(wid, self._parent, self.spec.pipelines, self.spec.host, self.spec.token,
@@ -109,24 +148,27 @@ class ProcessPool(Pool):
         return _ProcessWorker(wid, generation, proc, recv, counters)
 
     def check(self) -> list[PoolWorker]:
-        """Read the addresses of starting workers; replace each worker that died. Returns
-        the workers that died."""
-        dead: list[PoolWorker] = []
+        """Read the addresses of starting workers and the heartbeats; replace each worker that
+        died or fell silent. Returns the workers that were lost."""
+        lost: list[PoolWorker] = []
+        now = time.monotonic()
         for k, w in enumerate(list(self._workers)):
             if w.address is None:
                 with contextlib.suppress(EOFError, OSError):
                     if w.pipe.poll():
                         w.address = w.pipe.recv()
+                        w.alive_at = now
             if w.proc.exitcode is not None:
-                dead.append(w)
-                with contextlib.suppress(Exception):
-                    w.pipe.close()
-                self._workers[k] = self._spawn(w.wid, w.generation + 1)
-                self.restarts += 1
-        return dead
+                self._replace(k, w, lost)
+                continue
+            beats = w.counters[5]
+            if beats != w.beats:
+                w.beats, w.alive_at = beats, now
+        self._replace_silent(now, lost)
+        return lost
 
     def exit_code(self, w: PoolWorker) -> Any:
-        return getattr(getattr(w, "proc", None), "exitcode", None)
+        return w.why or getattr(getattr(w, "proc", None), "exitcode", None)
 
     def pids(self) -> list[int]:
         """The workers' process ids (the benchmarks and tests kill them)."""
@@ -134,9 +176,10 @@ class ProcessPool(Pool):
 
     def _stop(self, w: _ProcessWorker) -> None:
         with contextlib.suppress(Exception):
-            w.proc.kill()
+            w.proc.kill()  # (SIGKILL ends a stopped process too)
         with contextlib.suppress(Exception):
             w.proc.join(timeout=10)
+        with contextlib.suppress(Exception):
             w.pipe.close()
 
     def close(self) -> None:

@@ -35,11 +35,13 @@ resolves (always with an error: the actor was killed, or its process or node was
 pool replaces the worker with a new generation of the same slot, away from the lost node if
 that node's raylet does not answer any more (Ray declares a node dead only seconds later, and
 would place actors there until then). Ray reports the lost actor of a killed process or node in
-about a second (its pending calls fail when their connection closes; a machine that vanishes
-without closing its connections is noticed by Ray's own health checks of its nodes), then
-consumers learn from their next heartbeat that the worker is gone and ask the others. Figures
-are fetched in the background, at most one call in flight per worker: ``PoolWorker.figures()``
-is the last answer.
+about a second (its pending calls fail when their connection closes), then consumers learn
+from their next heartbeat that the worker is gone and ask the others. Figures are fetched in
+the background, at most one call in flight per worker (``PoolWorker.figures()`` is the last
+answer), and each answer is the worker's sign of life: a worker whose figures do not come
+back for ``worker_timeout`` seconds (its process frozen, or its machine gone without closing
+its connections, which Ray's own health checks would notice only later) is killed and replaced
+in the same way.
 """
 
 from __future__ import annotations
@@ -180,7 +182,8 @@ def _arguments(service: Any) -> dict[str, Any]:
     return {"ds": service.ds, "map_func": service.map_func,
             "num_workers": "auto" if service.auto else service.num_workers,
             "backend": "ray", "address": service._requested, "seed": service.seed,
-            "shuffle": service.shuffle, "token": service.token, "jobs": jobs or None}
+            "shuffle": service.shuffle, "token": service.token, "jobs": jobs or None,
+            "worker_timeout": service.worker_timeout}
 
 
 class RemoteService:
@@ -299,11 +302,13 @@ class RayPool(Pool):
     #: the kind of pool, as ``stats()`` names it
     backend = "ray"
 
-    def __init__(self, spec: WorkerSpec, address: str | None = None) -> None:
+    def __init__(self, spec: WorkerSpec, address: str | None = None,
+                 worker_timeout: float | None = None) -> None:
         from dataflow.ray._session import acquire_ray
 
         ray = self._ray = _ray()
         self.spec = spec
+        self.worker_timeout = worker_timeout
         self._owned = acquire_ray(address, 1)
         self._pipelines = ray.put(spec.pipelines)  # (once in the object store, for every actor)
         self._seed = _rng.get_seed()
@@ -389,25 +394,28 @@ class RayPool(Pool):
         for k, w in enumerate(list(self._workers)):
             if w.run_ref in ready:  # (run() ends only with its actor)
                 w.error = self._outcome(w.run_ref)
-                lost.append(w)
-                self._stop(w)
-                if self._node_lost(w.node):
-                    self._down.add(str(w.node))
-                self._workers[k] = self._spawn(w.wid, w.generation + 1)
-                self.restarts += 1
+                self._replace(k, w, lost)
                 continue
             if w.where_ref is not None and w.where_ref in ready:
                 with contextlib.suppress(ray.exceptions.RayError):  # (run() tells it too)
                     w.address, w.pid, w.node = ray.get(w.where_ref)
+                    w.alive_at = now
                 w.where_ref = None
             if w.figures_ref is not None and w.figures_ref in ready:
                 with contextlib.suppress(ray.exceptions.RayError):
                     w.last = tuple(ray.get(w.figures_ref))
+                    w.alive_at = now  # (an answer: the actor's process runs and is reachable)
                 w.figures_ref = None
             if w.figures_ref is None and w.address is not None \
                     and now - w.figures_at >= FIGURES_INTERVAL:
                 w.figures_ref, w.figures_at = w.actor.figures.remote(), now
+        self._replace_silent(now, lost)
         return lost
+
+    def _lost(self, w: _ActorWorker) -> None:
+        """Place no worker on the node of a lost one whose raylet does not answer."""
+        if self._node_lost(w.node):
+            self._down.add(str(w.node))
 
     def _outcome(self, ref: Any) -> str:
         """How a worker's ``run()`` ended (a ready ref: no wait), in a few words."""
@@ -421,7 +429,7 @@ class RayPool(Pool):
 
     def exit_code(self, w: PoolWorker) -> Any:
         """Why a lost worker ended (Ray's error, in short)."""
-        return getattr(w, "error", None)
+        return w.why or getattr(w, "error", None)
 
     def pids(self) -> list[int]:
         """The process ids of the workers that listen (on their nodes)."""

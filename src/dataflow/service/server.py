@@ -158,6 +158,11 @@ class DataService:
     ``backend="process"`` runs the workers as local processes, ``"ray"`` as Ray actors on a
     cluster (``ray_address``: the cluster to join, default: Ray's own choice).
 
+    ``worker_timeout``: seconds without a sign of life (a worker process's heartbeat, a worker
+    actor's answer) after which a worker is killed and replaced, its work asked of the others:
+    a frozen process, a machine cut off without its connections closing. It must exceed the
+    longest time one ``map_func`` call holds the GIL (a heartbeat needs it); None: never.
+
     ``start()`` returns the service; ``stats()`` is a plain dict; ``close()`` is idempotent and
     runs at garbage collection and interpreter exit; a ``with`` block starts and closes it.
     """
@@ -166,7 +171,7 @@ class DataService:
                  backend: str = "process", address: str = "tcp://127.0.0.1:0", seed: int = 0,
                  shuffle: bool = True, token: str | None = None,
                  start_method: str | None = None, jobs: dict[str, dict[str, Any]] | None = None,
-                 ray_address: str | None = None) -> None:
+                 ray_address: str | None = None, worker_timeout: float | None = 10.0) -> None:
         from dataflow.parallel.autotuning.stage import check_count, is_auto
 
         self.ds = ds
@@ -176,6 +181,12 @@ class DataService:
         self.num_workers = 1 if self.auto else int(num_workers)
         self.backend = check_choice("backend", backend, ("process", "ray"))
         self.ray_address = ray_address
+        if worker_timeout is not None and (
+                isinstance(worker_timeout, bool) or not isinstance(worker_timeout, int | float)
+                or not worker_timeout > 0):
+            raise ValueError(f"`worker_timeout` must be a positive number of seconds or None "
+                             f"(never), got {worker_timeout!r}.")
+        self.worker_timeout = None if worker_timeout is None else float(worker_timeout)
         self.host = protocol.host_of(address)
         self._requested = address
         self.token = protocol.resolve_token(token)
@@ -246,10 +257,10 @@ class DataService:
         if self.backend == "ray":
             from dataflow.service.ray_pool import RayPool
 
-            self._pool = RayPool(spec, self.ray_address)
+            self._pool = RayPool(spec, self.ray_address, self.worker_timeout)
             maximum = self._pool.cpus()
         else:
-            self._pool = ProcessPool(spec, self.start_method)
+            self._pool = ProcessPool(spec, self.start_method, self.worker_timeout)
             maximum = cpu_budget().cores
         self._pool.resize(self.num_workers)
         if self.auto:
@@ -413,9 +424,9 @@ class DataService:
         with self._lock:
             dead = self._pool.check()
         for w in dead:
-            logger.warning("DataService: worker %d died (exit code %s); started another; its "
-                           "consumers ask the others for what it did not answer", w.wid,
-                           self._pool.exit_code(w))
+            logger.warning("DataService: worker %d lost (%s); started another; its consumers "
+                           "ask the others for what it did not answer", w.wid,
+                           w.why or f"exit code {self._pool.exit_code(w)}")
 
     # ---- figures -----------------------------------------------------------------------------
 

@@ -35,12 +35,17 @@ from dataflow.parallel._bootstrap import worker_bootstrap
 from dataflow.parallel.shared_memory import SHM_DIR, Ring
 from dataflow.service import protocol
 
-__all__ = ["bind", "serve", "worker_main"]
+__all__ = ["BEAT_INTERVAL", "bind", "serve", "worker_main"]
 
 #: how long a worker waits for requests before looking at its stop flag again
 POLL_MS = 100
 #: seconds after which the shared ring of a consumer that asked nothing is unmapped
 RING_IDLE = 300.0
+#: seconds between two heartbeats of a worker process (the pool's sign that it runs)
+BEAT_INTERVAL = 0.2
+#: seconds after which a turn ends early (its answers go, the consumer's next items wait for
+#: its next turn)
+TURN_SECONDS = 0.5
 #: items of one consumer mapped in a turn and answered in one message (a turn of each
 #: consumer with work waiting, in order: fair shares; one message for several items: fewer
 #: wake-ups of both sides)
@@ -73,9 +78,19 @@ def worker_main(worker_id: int, parent: tuple, pipelines: dict[str, tuple], host
     worker's address once it listens."""
     worker_bootstrap(worker_id, parent, dispatch_globals=True)
     sock, address = bind(host)
+    threading.Thread(target=_heartbeat, args=(counters,), name="dataflow-service-heartbeat",
+                     daemon=True).start()
     report.send(address)
     report.close()
     serve(sock, worker_id, pipelines, token, counters)
+
+
+def _heartbeat(counters: Any) -> None:
+    """Count, forever, in ``counters[5]``: the pool's sign that this process runs (a frozen
+    one stops counting; see :mod:`dataflow.service.pool`)."""
+    while True:
+        counters[5] += 1
+        time.sleep(BEAT_INTERVAL)
 
 
 def _error(e: Exception, epoch: int, pos: int, index: int, worker_id: int) -> list[Any]:
@@ -196,11 +211,6 @@ def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
             continue
         ident = order.popleft()
         q = queues[ident]
-        batch = [q.popleft() for _ in range(min(TURN, len(q)))]
-        if q:
-            order.append(ident)  # (its next items after the other consumers' turn)
-        else:
-            del queues[ident]
         ring_entry = rings.get(ident)
         ring = None
         if ring_entry is not None:
@@ -208,7 +218,13 @@ def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
             rings[ident] = (ring_entry[0], ring, time.monotonic())
         start = time.perf_counter()
         outs: list[list] = []
-        for job, epoch, pos, index in batch:
+        mapped = 0
+        # up to TURN items, and no more once the turn took TURN_SECONDS: slow map calls are
+        # answered one by one, so that a consumer hears from its worker at least that often
+        while q and mapped < TURN and (
+                mapped == 0 or time.perf_counter() - start < TURN_SECONDS):
+            job, epoch, pos, index = q.popleft()
+            mapped += 1
             source, map_func, _inputs = pipelines[job]
             scope = scopes[job]
             _rng.set_input_scope(scope)
@@ -228,8 +244,12 @@ def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
             if ring is not None:
                 counters[2] += ring.head - head  # (bytes sent through the ring)
         # (the figures are counted before the answers go: a reader may look right after)
+        if q:
+            order.append(ident)  # (its next items after the other consumers' turn)
+        else:
+            del queues[ident]
         counters[0] += time.perf_counter() - start
-        counters[1] += len(batch)
+        counters[1] += mapped
         counters[4] = sum(len(x) for x in queues.values())
         _send(sock, ident, answers, counters)
         if on_item is not None:
