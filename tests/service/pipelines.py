@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 
 import numpy as np
@@ -33,6 +34,14 @@ def stuck_at_5(dp: list) -> list:
     """A map call that never returns for datapoint 5 (its process stays alive and beating)."""
     if dp[0] == 5:
         time.sleep(3600)
+    return [dp[0]]
+
+
+def gil_hog_at_3(dp: list) -> list:
+    """For datapoint 3, seconds of computing in C with the GIL held (a regular expression that
+    backtracks 2^28 times: ~5 s here): the worker's heartbeat thread cannot run meanwhile."""
+    if dp[0] == 3:
+        re.match(r"(x+x+)+y", "x" * 28)
     return [dp[0]]
 
 

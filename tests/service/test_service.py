@@ -136,6 +136,19 @@ def test_a_frozen_worker_is_replaced_and_nothing_is_lost(monkeypatch, caplog):
     assert len(lost) == 1 and "no sign of life for 1." in lost[0], lost
 
 
+def test_a_map_call_that_holds_the_gil_is_not_taken_for_a_frozen_worker():
+    # no heartbeat while the call computes with the GIL held, but CPU time: a sign of life
+    svc = DataService(pipelines.source(8), pipelines.gil_hog_at_3, num_workers=1,
+                      shuffle=False, worker_timeout=1.0)
+    with svc:
+        c = _consumer(svc.address, timeout=60)
+        got, stall = timed(c)
+        assert svc.stats()["restarts"] == 0
+        c.close()
+    assert [dp[0] for dp in got] == list(range(8))
+    assert stall > 1.0, stall  # (the call did outlast worker_timeout)
+
+
 def test_a_map_call_that_never_returns_ends_the_wait_with_an_error():
     # its process beats (it is not frozen): the consumer's timeout, counted from the workers'
     # last answer (the dispatcher keeps answering), ends the wait

@@ -14,10 +14,10 @@ A worker that gives no sign of life for ``worker_timeout`` seconds (a process fr
 ``SIGSTOP`` or a cgroup freezer, a node cut off from the network without its connections
 closing) is treated as lost the same way: killed and replaced. A sign of life is a heartbeat
 of the worker process (a thread that counts every
-:data:`~dataflow.service.worker.BEAT_INTERVAL`) or, for a Ray actor,
-an answer to the pool's calls; a map call that holds the GIL for longer than
-``worker_timeout`` silences the heartbeat too, so the timeout must exceed the longest such
-call (``None``: never).
+:data:`~dataflow.service.worker.BEAT_INTERVAL`), or CPU time that the process used (Linux:
+``/proc/<pid>/stat``; a map call that computes in C while it holds the GIL silences the
+heartbeat, not this), or, for a Ray actor, an answer to the pool's calls (which need the GIL:
+there the timeout must exceed the longest time a map call holds it). ``None``: never.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataflow.parallel._bootstrap import get_context, limited_thread_env, parent_info
-from dataflow.service.worker import worker_main
+from dataflow.service.worker import BEAT_INTERVAL, worker_main
 
 __all__ = ["Pool", "PoolWorker", "ProcessPool", "WorkerSpec"]
 
@@ -67,6 +67,7 @@ class _ProcessWorker(PoolWorker):
         super().__init__(wid, generation)
         self.proc, self.pipe, self.counters = proc, pipe, counters
         self.beats = 0.0  # (the heartbeat count when alive_at was set)
+        self.ticks: int | None = None  # (the CPU time read when alive_at was set)
 
     def figures(self) -> tuple[float, ...]:
         return tuple(float(x) for x in self.counters[:5])
@@ -119,6 +120,17 @@ class Pool:
             self._stop(self._workers.pop())
 
 
+def _cpu_ticks(pid: int) -> int | None:
+    """The CPU time process ``pid`` used (user and system, clock ticks), or None where
+    ``/proc`` cannot tell (not Linux, the process gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # (utime, stime: fields 14 and 15 of the line)
+
+
 class ProcessPool(Pool):
     """Workers as local processes (``start_method``: how they start, as for the mappers)."""
 
@@ -164,6 +176,10 @@ class ProcessPool(Pool):
             beats = w.counters[5]
             if beats != w.beats:
                 w.beats, w.alive_at = beats, now
+            elif now - w.alive_at > 2 * BEAT_INTERVAL:  # (no beat: is it computing?)
+                ticks = _cpu_ticks(w.proc.pid)
+                if ticks is not None and ticks != w.ticks:
+                    w.ticks, w.alive_at = ticks, now
         self._replace_silent(now, lost)
         return lost
 

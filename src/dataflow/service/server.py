@@ -158,10 +158,11 @@ class DataService:
     ``backend="process"`` runs the workers as local processes, ``"ray"`` as Ray actors on a
     cluster (``ray_address``: the cluster to join, default: Ray's own choice).
 
-    ``worker_timeout``: seconds without a sign of life (a worker process's heartbeat, a worker
-    actor's answer) after which a worker is killed and replaced, its work asked of the others:
-    a frozen process, a machine cut off without its connections closing. It must exceed the
-    longest time one ``map_func`` call holds the GIL (a heartbeat needs it); None: never.
+    ``worker_timeout``: seconds without a sign of life (a worker process's heartbeat or CPU
+    time, a worker actor's answer) after which a worker is killed and replaced, its work asked
+    of the others: a frozen process, a machine cut off without its connections closing. With
+    ``backend="ray"`` it must exceed the longest time one ``map_func`` call holds the GIL (the
+    actor answers only when it can take it); None: never.
 
     ``start()`` returns the service; ``stats()`` is a plain dict; ``close()`` is idempotent and
     runs at garbage collection and interpreter exit; a ``with`` block starts and closes it.
