@@ -159,6 +159,19 @@ def test_a_frozen_worker_actor_is_replaced_and_nothing_is_lost():
 
 
 @pytest.mark.usefixtures("local_ray")
+def test_a_map_call_that_holds_the_gil_is_not_taken_for_a_frozen_actor():
+    # the actor cannot answer while the call computes with the GIL held; on this machine the
+    # CPU time its process uses is a sign of life
+    svc = DataService(pipelines.source(8), pipelines.gil_hog_at_3, backend="ray",
+                      num_workers=1, shuffle=False, worker_timeout=1.0)
+    with svc:
+        (epoch,), stall = _read(svc.address)
+        assert svc.stats()["restarts"] == 0
+    assert [dp[0] for dp in epoch] == list(range(8))
+    assert stall > 1.0, stall  # (the call did outlast worker_timeout)
+
+
+@pytest.mark.usefixtures("local_ray")
 def test_auto_grows_to_the_clusters_cpus_and_gives_workers_back():
     # the local Ray has 2 CPUs: the pool starts at one worker actor, grows to two while the
     # consumer waits for it, and gives one back when the consumer takes its time

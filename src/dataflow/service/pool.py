@@ -120,7 +120,7 @@ class Pool:
             self._stop(self._workers.pop())
 
 
-def _cpu_ticks(pid: int) -> int | None:
+def process_cpu_ticks(pid: int) -> int | None:
     """The CPU time process ``pid`` used (user and system, clock ticks), or None where
     ``/proc`` cannot tell (not Linux, the process gone)."""
     try:
@@ -177,7 +177,7 @@ class ProcessPool(Pool):
             if beats != w.beats:
                 w.beats, w.alive_at = beats, now
             elif now - w.alive_at > 2 * BEAT_INTERVAL:  # (no beat: is it computing?)
-                ticks = _cpu_ticks(w.proc.pid)
+                ticks = process_cpu_ticks(w.proc.pid)
                 if ticks is not None and ticks != w.ticks:
                     w.ticks, w.alive_at = ticks, now
         self._replace_silent(now, lost)

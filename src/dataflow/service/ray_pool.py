@@ -38,10 +38,11 @@ would place actors there until then). Ray reports the lost actor of a killed pro
 about a second (its pending calls fail when their connection closes), then consumers learn
 from their next heartbeat that the worker is gone and ask the others. Figures are fetched in
 the background, at most one call in flight per worker (``PoolWorker.figures()`` is the last
-answer), and each answer is the worker's sign of life: a worker whose figures do not come
-back for ``worker_timeout`` seconds (its process frozen, or its machine gone without closing
-its connections, which Ray's own health checks would notice only later) is killed and replaced
-in the same way.
+answer), and each answer is the worker's sign of life (and, for the workers of a loopback
+service, all on this machine, CPU time that their process used: a map call computing with the
+GIL held delays the answers): a worker without one for ``worker_timeout`` seconds (its process
+frozen, or its machine gone without closing its connections, which Ray's own health checks
+would notice only later) is killed and replaced in the same way.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from typing import Any
 
 from dataflow import rng as _rng
 from dataflow.service import protocol
-from dataflow.service.pool import Pool, PoolWorker, WorkerSpec
+from dataflow.service.pool import Pool, PoolWorker, WorkerSpec, process_cpu_ticks
 
 __all__ = ["RayPool", "RemoteService"]
 
@@ -272,6 +273,7 @@ class _ActorWorker(PoolWorker):
         self.pid: int | None = None
         self.node: str | None = None
         self.error: str | None = None
+        self.ticks: int | None = None  # (its process's CPU time when alive_at was set)
 
     def figures(self) -> tuple[float, ...]:
         return self.last
@@ -409,6 +411,11 @@ class RayPool(Pool):
             if w.figures_ref is None and w.address is not None \
                     and now - w.figures_at >= FIGURES_INTERVAL:
                 w.figures_ref, w.figures_at = w.actor.figures.remote(), now
+            elif self._local and w.pid is not None and now - w.alive_at > 4 * FIGURES_INTERVAL:
+                # no answer: on this machine, is its process computing (with the GIL held)?
+                ticks = process_cpu_ticks(w.pid)
+                if ticks is not None and ticks != w.ticks:
+                    w.ticks, w.alive_at = ticks, now
         self._replace_silent(now, lost)
         return lost
 

@@ -160,9 +160,10 @@ class DataService:
 
     ``worker_timeout``: seconds without a sign of life (a worker process's heartbeat or CPU
     time, a worker actor's answer) after which a worker is killed and replaced, its work asked
-    of the others: a frozen process, a machine cut off without its connections closing. With
-    ``backend="ray"`` it must exceed the longest time one ``map_func`` call holds the GIL (the
-    actor answers only when it can take it); None: never.
+    of the others: a frozen process, a machine cut off without its connections closing. For
+    Ray actors on other machines (a service beyond loopback) it must exceed the longest time
+    one ``map_func`` call holds the GIL (an actor answers only when it can take it); None:
+    never.
 
     ``start()`` returns the service; ``stats()`` is a plain dict; ``close()`` is idempotent and
     runs at garbage collection and interpreter exit; a ``with`` block starts and closes it.
