@@ -216,6 +216,21 @@ def timed(itr: Any, on_item: Callable[[int], None] | None = None) -> tuple[list,
     return out, gap
 
 
+def read_at_once(readers: dict[str, Any], read: Callable[[str], None],
+                 timeout: float) -> None:
+    """Run ``read(name)`` for every reader in a thread of its own, all at once; wait for them
+    (up to ``timeout`` seconds each), then close every reader."""
+    import threading
+
+    threads = [threading.Thread(target=read, args=(name,)) for name in readers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    for c in readers.values():
+        c.close()
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 now (for a server a test starts on a known address)."""
     import socket

@@ -57,7 +57,7 @@ from typing import Any
 
 import psutil
 
-from tests.helpers import timed
+from tests.helpers import read_at_once, timed
 
 #: per-input sleep of the map (tests.service.pipelines.tag), set for the cluster's processes
 SLEEP = "0.005"
@@ -306,13 +306,7 @@ def jobs(cluster: Any) -> dict[str, Any]:
                     window = len(out)  # (what it received in the window)
             got[job] = {"outputs": out, "window": window, "stall": gap}
 
-        threads = [threading.Thread(target=read, args=(job,)) for job in readers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=120)
-        for c in readers.values():
-            c.close()
+        read_at_once(readers, read, 120)
         stats = svc.stats()
     return {**got, "jobs": stats["jobs"], "workers": stats["num_workers"]}
 

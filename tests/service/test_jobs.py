@@ -14,7 +14,7 @@ import numpy as np
 import dataflow as df
 from dataflow.parallel.autotuning.budget import cpu_budget
 from dataflow.service import DataService, ServiceData
-from tests.helpers import wait_until
+from tests.helpers import read_at_once, wait_until
 from tests.service import pipelines
 
 
@@ -96,13 +96,7 @@ def test_jobs_that_want_more_than_the_pool_get_equal_shares(monkeypatch):
                 n += 1
             counts[job] = n
 
-        threads = [threading.Thread(target=read, args=(job,)) for job in readers]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        for c in readers.values():
-            c.close()
+        read_at_once(readers, read, 60)
     a, b = counts["a"], counts["b"]
     assert min(a, b) > 100  # (both read all along)
     assert abs(a - b) <= 0.2 * max(a, b), counts
