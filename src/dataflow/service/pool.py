@@ -45,6 +45,17 @@ class WorkerSpec:
     token: str
 
 
+def process_cpu_ticks(pid: int) -> int | None:
+    """The CPU time process ``pid`` used (user and system, clock ticks), or None where
+    ``/proc`` cannot tell (not Linux, the process gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])  # (utime, stime: fields 14 and 15 of the line)
+
+
 class PoolWorker:
     """One worker as the dispatcher sees it: its slot ``wid``, how many times that slot was
     restarted (``generation``), its ``address`` once it listens, and its figures."""
@@ -54,6 +65,7 @@ class PoolWorker:
         self.address: str | None = None
         self.started = time.monotonic()
         self.alive_at = self.started  # (the last sign of life the pool saw)
+        self.ticks: int | None = None  # (its process's CPU time, when last read)
         self.why: str | None = None  # (why it was lost, once it was)
 
     def figures(self) -> tuple[float, ...]:
@@ -61,13 +73,19 @@ class PoolWorker:
         inputs waiting in its queues now."""
         raise NotImplementedError
 
+    def look_at_cpu(self, pid: int, now: float) -> None:
+        """A sign of life if its process ``pid`` (on this machine) used CPU since the last
+        look: a map call that computes with the GIL held gives no other meanwhile."""
+        ticks = process_cpu_ticks(pid)
+        if ticks is not None and ticks != self.ticks:
+            self.ticks, self.alive_at = ticks, now
+
 
 class _ProcessWorker(PoolWorker):
     def __init__(self, wid: int, generation: int, proc: Any, pipe: Any, counters: Any) -> None:
         super().__init__(wid, generation)
         self.proc, self.pipe, self.counters = proc, pipe, counters
         self.beats = 0.0  # (the heartbeat count when alive_at was set)
-        self.ticks: int | None = None  # (the CPU time read when alive_at was set)
 
     def figures(self) -> tuple[float, ...]:
         return tuple(float(x) for x in self.counters[:5])
@@ -120,17 +138,6 @@ class Pool:
             self._stop(self._workers.pop())
 
 
-def process_cpu_ticks(pid: int) -> int | None:
-    """The CPU time process ``pid`` used (user and system, clock ticks), or None where
-    ``/proc`` cannot tell (not Linux, the process gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[11]) + int(fields[12])  # (utime, stime: fields 14 and 15 of the line)
-
-
 class ProcessPool(Pool):
     """Workers as local processes (``start_method``: how they start, as for the mappers)."""
 
@@ -177,9 +184,7 @@ class ProcessPool(Pool):
             if beats != w.beats:
                 w.beats, w.alive_at = beats, now
             elif now - w.alive_at > 2 * BEAT_INTERVAL:  # (no beat: is it computing?)
-                ticks = process_cpu_ticks(w.proc.pid)
-                if ticks is not None and ticks != w.ticks:
-                    w.ticks, w.alive_at = ticks, now
+                w.look_at_cpu(w.proc.pid, now)
         self._replace_silent(now, lost)
         return lost
 

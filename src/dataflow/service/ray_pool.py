@@ -56,7 +56,7 @@ from typing import Any
 
 from dataflow import rng as _rng
 from dataflow.service import protocol
-from dataflow.service.pool import Pool, PoolWorker, WorkerSpec, process_cpu_ticks
+from dataflow.service.pool import Pool, PoolWorker, WorkerSpec
 
 __all__ = ["RayPool", "RemoteService"]
 
@@ -273,7 +273,6 @@ class _ActorWorker(PoolWorker):
         self.pid: int | None = None
         self.node: str | None = None
         self.error: str | None = None
-        self.ticks: int | None = None  # (its process's CPU time when alive_at was set)
 
     def figures(self) -> tuple[float, ...]:
         return self.last
@@ -412,10 +411,7 @@ class RayPool(Pool):
                     and now - w.figures_at >= FIGURES_INTERVAL:
                 w.figures_ref, w.figures_at = w.actor.figures.remote(), now
             elif self._local and w.pid is not None and now - w.alive_at > 4 * FIGURES_INTERVAL:
-                # no answer: on this machine, is its process computing (with the GIL held)?
-                ticks = process_cpu_ticks(w.pid)
-                if ticks is not None and ticks != w.ticks:
-                    w.ticks, w.alive_at = ticks, now
+                w.look_at_cpu(w.pid, now)  # (no answer: on this machine, is it computing?)
         self._replace_silent(now, lost)
         return lost
 
