@@ -136,3 +136,16 @@ def test_lighting_uint8_integer_path_matches_the_float_path():
     img = rng.integers(0, 256, (5, 6, 3), dtype=np.uint8)
     assert np.array_equal(fn.lighting(img, [0.2, -0.3, 0.0]), img)
     assert fn.lighting(img, [0.2, -0.3, 0.0]) is not img
+
+
+def test_lighting_uint8_says_what_lighting_applies():
+    img = np.random.default_rng(2).integers(0, 256, (6, 7, 3), dtype=np.uint8)
+    assert fn.lighting_uint8([3.2, -7.7, 0.1]) == (3, -8, 0)  # away from a tie: offsets
+    table = fn.lighting_uint8([2.5, -1.5, 0.4])  # a tie: the float32 table
+    assert table.dtype == np.uint8 and table.shape == (256, 3)
+    assert table[0].tolist() == [2, 0, 0] and table[255].tolist() == [255, 254, 255]
+    for inc in ([3.2, -7.7, 0.1], [2.5, -1.5, 0.4]):
+        how = fn.lighting_uint8(inc)
+        expected = (np.clip(img.astype(int) + np.array(how), 0, 255) if isinstance(how, tuple)
+                    else how[img, np.arange(3)])
+        np.testing.assert_array_equal(fn.lighting(img, inc), expected.astype(np.uint8))

@@ -53,6 +53,7 @@ __all__ = [
     "hue_shift",
     "jpeg",
     "lighting",
+    "lighting_uint8",
     "mean_variance_normalize",
     "min_max_normalize",
     "multiply",
@@ -450,21 +451,30 @@ def salt_pepper(img: np.ndarray, seed: int, white_prob: float, black_prob: float
     return out
 
 
+def lighting_uint8(inc: Sequence[float] | np.ndarray) -> tuple[int, ...] | np.ndarray:
+    """What adding ``inc`` does to a uint8 image, to the bit as the float32 path computes it
+    (sum, round, saturate): away from a tie, ``rint(v + inc) == v + rint(inc)`` for every
+    integer v, so per-channel integer offsets (a tuple); near one, a (256, channels) table
+    computed in float32."""
+    inc32 = np.asarray(inc, np.float32)
+    vals = inc32.tolist()  # (plain floats: three numpy calls cost more than the kernel)
+    if all(abs(v - math.floor(v) - 0.5) > 1e-3 for v in vals):
+        return tuple(round(v) for v in vals)
+    table = np.arange(256, dtype=np.float32)[:, None] + inc32[None]
+    return np.clip(np.rint(table), 0, 255).astype(np.uint8)
+
+
 def lighting(img: np.ndarray, inc: Sequence[float] | np.ndarray, clip: bool = True
              ) -> np.ndarray:
     """Add the per-channel vector ``inc`` to every pixel of a 3-channel image."""
     if img.dtype == _UINT8 and img.ndim == 3 and img.shape[2] == 3:
         # uint8 without float temporaries, the same to the bit as the float path below
-        inc32 = np.asarray(inc, np.float32)
-        vals = inc32.tolist()  # (plain floats: three numpy calls cost more than the kernel)
-        if all(abs(v - math.floor(v) - 0.5) > 1e-3 for v in vals):
-            # away from a tie, rint(v + inc) == v + rint(inc) for every integer v: two
-            # saturating integer passes (OpenCV scalars saturate to uint8, hence add/subtract)
-            return _add_offsets(img, [round(v) for v in vals])
-        # near a tie, a per-channel table computed in float32 as the float path computes
-        table = np.arange(256, dtype=np.float32)[:, None] + inc32[None]
-        table = np.clip(np.rint(table), 0, 255).astype(np.uint8).reshape(1, 256, 3)
-        return cv2.LUT(np.ascontiguousarray(img), table)
+        how = lighting_uint8(inc)
+        if isinstance(how, tuple):
+            # two saturating integer passes (OpenCV scalars saturate to uint8, hence add and
+            # subtract)
+            return _add_offsets(img, how)
+        return cv2.LUT(np.ascontiguousarray(img), how.reshape(1, 256, 3))
     x = _work(img)
     out = x + np.asarray(inc, dtype=x.dtype)
     return finish(out, img.dtype, clip)

@@ -274,11 +274,7 @@ class Lighting(PhotometricAugmentor):
         ``rint(inc)``; near one, the (256, 3) table."""
         if channels != 3:
             return None  # applied as usual, where it raises its own error
-        inc32 = np.asarray(inc, np.float32)
-        if (np.abs(inc32 - np.floor(inc32) - 0.5) > 1e-3).all():  # fn.lighting's own test
-            return tuple(int(k) for k in np.rint(inc32))
-        table = np.arange(256, dtype=np.float32)[:, None] + inc32
-        return np.clip(np.rint(table), 0, 255).astype(np.uint8)
+        return fn.lighting_uint8(inc)  # (fn.lighting's own rule)
 
 
 @builtin("dataflow.imgaug.imgproc.MinMaxNormalize")
