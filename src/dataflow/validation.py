@@ -7,7 +7,7 @@ import functools
 import inspect
 import warnings
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from dataflow.rng import check_seed
 
@@ -16,6 +16,7 @@ __all__ = [
     "check_choice",
     "check_int",
     "check_positive_int",
+    "check_seconds",
     "check_seed",
     "known_length",
     "renamed_kwargs",
@@ -48,6 +49,21 @@ def check_positive_int(value: Any, name: str, example: int = 4) -> int:
             f"pass e.g. {name}={example}."
         )
     return value
+
+
+@overload
+def check_seconds(value: Any, name: str, allow_none: Literal[False] = False) -> float: ...
+@overload
+def check_seconds(value: Any, name: str, allow_none: bool) -> float | None: ...
+def check_seconds(value: Any, name: str, allow_none: bool = False) -> float | None:
+    """``value`` as a float if it is a number of seconds > 0 (``bool`` refused; ``None`` too
+    where ``allow_none``: "never"), else a ``ValueError``."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"`{name}` must be a positive number of seconds"
+                         f"{' or None (never)' if allow_none else ''}, got {value!r}.")
+    return float(value)
 
 
 def check_callable(func: Any, name: str, example: str = "lambda dp: dp") -> Callable[..., Any]:

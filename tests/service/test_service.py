@@ -174,12 +174,16 @@ def test_a_map_call_that_never_returns_ends_the_wait_with_an_error():
     assert 2.0 <= waited < 6.0, waited
 
 
-def test_worker_timeout_is_checked():
+def test_worker_timeout_and_timeout_are_checked():
     for bad in (0, -1, "10", True):
         with pytest.raises(ValueError, match=f"`worker_timeout` must be a positive number of "
                            f"seconds or None \\(never\\), got {bad!r}"):
             _service(worker_timeout=bad)
     assert _service(worker_timeout=None).worker_timeout is None
+    assert _service(worker_timeout=3).worker_timeout == 3.0
+    with pytest.raises(ValueError, match=r"`timeout` must be a positive number of seconds, "
+                       r"got 0\."):
+        ServiceData("tcp://127.0.0.1:1", timeout=0)
 
 
 def test_a_consumer_restarted_from_its_state_continues_exactly():

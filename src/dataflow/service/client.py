@@ -21,7 +21,7 @@ from dataflow.base import DataFlow
 from dataflow.errors import DataFlowError, WorkerError
 from dataflow.service import plan, protocol
 from dataflow.state import EpochCounter, check_state, mismatch
-from dataflow.validation import check_choice
+from dataflow.validation import check_choice, check_seconds
 
 __all__ = ["ServiceData", "ServiceError"]
 
@@ -64,9 +64,7 @@ class ServiceData(EpochCounter, DataFlow):
             raise ValueError(f"`job` must be a non-empty str, got {job!r}.")
         self.job = job
         self.partial = check_choice("partial", partial, plan.PARTIAL_POLICIES)
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
-            raise ValueError(f"`timeout` must be a positive number of seconds, got {timeout!r}.")
-        self.timeout = float(timeout)
+        self.timeout = check_seconds(timeout, "timeout")
         self.token = protocol.resolve_token(token)
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"`prefetch` must be a positive int, got {prefetch!r}.")

@@ -33,7 +33,7 @@ from dataflow.parallel.autotuning.stage import START_WINDOW, WINDOW, default_sha
 from dataflow.service import protocol
 from dataflow.service.pool import ProcessPool, WorkerSpec
 from dataflow.service.source import positional
-from dataflow.validation import check_callable, check_choice
+from dataflow.validation import check_callable, check_choice, check_seconds
 
 __all__ = ["DataService"]
 
@@ -183,12 +183,7 @@ class DataService:
         self.num_workers = 1 if self.auto else int(num_workers)
         self.backend = check_choice("backend", backend, ("process", "ray"))
         self.ray_address = ray_address
-        if worker_timeout is not None and (
-                isinstance(worker_timeout, bool) or not isinstance(worker_timeout, int | float)
-                or not worker_timeout > 0):
-            raise ValueError(f"`worker_timeout` must be a positive number of seconds or None "
-                             f"(never), got {worker_timeout!r}.")
-        self.worker_timeout = None if worker_timeout is None else float(worker_timeout)
+        self.worker_timeout = check_seconds(worker_timeout, "worker_timeout", allow_none=True)
         self.host = protocol.host_of(address)
         self._requested = address
         self.token = protocol.resolve_token(token)

@@ -42,6 +42,7 @@ from dataflow.streaming._download import Download, Shared, follow_download, run_
 from dataflow.streaming._stream import ShardStream
 from dataflow.streaming.storage import StorageClient, check_storage, client_for, is_transient
 from dataflow.streaming.urls import scheme_of
+from dataflow.validation import check_seconds
 
 __all__ = ["ShardFetcher", "ShardReadError"]
 
@@ -229,8 +230,7 @@ class ShardFetcher:
         _check_int("cache_limit", cache_limit, 1, allow_none=True)
         _check_int("retries", retries, 0)
         _check_int("concurrency", concurrency, 1)
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ValueError(f"`timeout` must be a number of seconds > 0, got {timeout!r}")
+        check_seconds(timeout, "timeout")
         if not isinstance(backoff, (int, float)) or backoff < 0:
             raise ValueError(f"`backoff` must be a number of seconds >= 0, got {backoff!r}")
         if cache_limit is not None and cache_dir is None:
