@@ -72,9 +72,10 @@ else:
     else:
         _OFF_REASON = None
 
-#: ``cv2`` or ``simplejpeg``: the whole-image decoder of the fallback for a whole process
-#: (default: simplejpeg where installed, else cv2), to measure or test one of them
+#: ``cv2`` or ``simplejpeg``: the whole-image decoder of the fallback for a whole process (read
+#: at import; default: simplejpeg where installed, else cv2), to measure or test one of them
 FALLBACK_ENV = "DATAFLOW_JPEG_FALLBACK"
+_FORCED = os.environ.get(FALLBACK_ENV)  # (read once, as DISABLE_ENV: not per image)
 
 #: how to get the fast path, for the log line and the profiler's note
 HOW_TO_GET = (
@@ -127,9 +128,8 @@ def _fallback(backend: str) -> str:
     """The whole-image decoder for ``backend`` when it is not the fast path: "simplejpeg" or
     "cv2" ("turbo": for what the fast path does not take, as "auto")."""
     if backend in ("auto", "turbo"):
-        forced = os.environ.get(FALLBACK_ENV)
-        if forced in ("cv2", "simplejpeg"):
-            backend = forced
+        if _FORCED in ("cv2", "simplejpeg"):
+            backend = _FORCED
         else:
             return "simplejpeg" if _load_simplejpeg() is not None else "cv2"
     if backend == "simplejpeg" and _load_simplejpeg() is None:
