@@ -8,6 +8,7 @@ no import cycle exists, not even through imports inside functions (``tests/test_
   wrappers/           map, batch (+ its C stacker), shuffle, repeat, combine, cache, debug, image
   parallel/           the engine, shared_memory/, autotuning/; back ends that import only the engine
   serialize/ -> streaming/   file formats; shards from object storage (storage/: a scheme table)
+  serialize/ -> snapshot/    persistent snapshots of the deterministic part, read by position
   dataset/ ray/ input_source/   dataset loaders, the Ray back end, TensorFlow input sources
   service/            one pool of workers for many trainers (DataService, ServiceData)
   torch, jax, demo, __main__, __init__, _legacy (old paths); utils/: tensorpack's face on top

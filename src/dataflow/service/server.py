@@ -32,7 +32,7 @@ from dataflow.parallel.autotuning.controller import Controller, Measurement
 from dataflow.parallel.autotuning.stage import START_WINDOW, WINDOW, default_share
 from dataflow.service import protocol
 from dataflow.service.pool import ProcessPool, WorkerSpec
-from dataflow.service.source import positional
+from dataflow.snapshot.source import positional
 from dataflow.validation import check_callable, check_choice, check_seconds
 
 __all__ = ["DataService"]

@@ -1,18 +1,20 @@
-"""Reading a service's input flow by position.
+"""Reading a flow by position: the shared reader of the snapshot and the data service.
 
-A :class:`~dataflow.service.DataService` hands its workers dataset *indices*; each worker reads
-the datapoint at an index itself, so datapoints never pass through the dispatcher. Flows that
-can be read by index are read in place, in the worker: ``DataFromList`` and sequences, the
-dataset loaders, ``NumpyData`` and ``HDF5Data`` (their arrays), and LMDB files
-(``LMDBSerializer.load`` / ``LMDBData``: each worker opens the file and reads the key at the
-index; the keys are the file's ``__keys__`` entry, or one scan of the keys at start). Any
-other flow (a generator) is read once, in order, when the service starts, into a list that the
-workers index: such a flow must be the cheap part of the pipeline (keys, file names, encoded
-bytes), as the service's contract asks.
+A :class:`~dataflow.snapshot.SnapshotData` computes and stores the output at a dataset
+*index*; a :class:`~dataflow.service.DataService` hands its workers indices. Both read the
+datapoint at an index themselves, in the process that needs it. Flows that can be read by
+index are read in place: ``DataFromList`` and sequences (anything with ``__len__`` and
+``__getitem__``, a ``SnapshotData`` included), the dataset loaders, ``NumpyData`` and
+``HDF5Data`` (their arrays), and LMDB files (``LMDBSerializer.load`` / ``LMDBData``: each reader
+opens the file and reads the key at the index; the keys are the file's ``__keys__`` entry, or
+one scan of the keys at start). Any other flow with a ``len()`` (a generator) is read once, in
+order, into a list that is indexed: such a flow must be the cheap part of the pipeline (keys,
+file names, encoded bytes). A flow without a ``len()`` is refused: it may never end.
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,9 +88,40 @@ class _LMDBByKey:
         return self.decode(value) if self.decode is not None else [key, value]
 
 
+def _is_duck_sequence(ds: Any) -> bool:
+    """A sequence that is not registered as one: ``__len__`` and ``__getitem__``, and not a
+    DataFlow (a flow's ``[i]``, where it has one, is not how the flow is read)."""
+    from dataflow.base import DataFlow
+
+    return (not isinstance(ds, DataFlow) and callable(getattr(ds, "__len__", None))
+            and callable(getattr(ds, "__getitem__", None)))
+
+
+def _length(ds: Any) -> int:
+    """``len(ds)`` of a flow to be read once, or a clear error where it has none."""
+    if not callable(getattr(ds, "__iter__", None)) or not callable(
+            getattr(ds, "reset_state", None)):
+        raise TypeError(
+            f"`ds` must be a DataFlow or a sequence (``__len__`` and ``__getitem__``) of "
+            f"datapoints, got {type(ds).__name__}: {ds!r:.80}. Pass a list, a DataFromList, "
+            "an LMDB/Numpy/HDF5 flow or a dataset loader.")
+    try:
+        size = len(ds)
+    except (NotImplementedError, TypeError) as e:
+        raise ValueError(
+            f"`ds` ({type(ds).__name__}) has no len(): a flow read by position must have a "
+            "known size, and one without may never end. Pass a flow with a len() (e.g. "
+            "DataFromList(keys) of the keys or file names), or wrap a finite flow in "
+            "FixedSizeData(ds, size) to say how many datapoints to read.") from e
+    if not isinstance(size, int) or size < 0:
+        raise ValueError(f"`ds` ({type(ds).__name__}) has len() {size!r}; it must be an int >= 0.")
+    return size
+
+
 def positional(ds: Any) -> Any:
     """A by-index reader of ``ds`` (``len()`` and ``get(i)``): in place when ``ds`` can be
-    read by index, else a list of one pass of it (read now, in this process)."""
+    read by index, else a list of one pass of its ``len()`` datapoints (read now, in this
+    process). A flow without a ``len()`` is refused with a ``ValueError``."""
     from dataflow.serialize import HDF5Data, LMDBData
     from dataflow.serialize.npz_format import NumpyData
     from dataflow.sources import DataFromList
@@ -101,13 +134,17 @@ def positional(ds: Any) -> Any:
         return _ByIndex(ds._items, "__getitem__")
     if isinstance(ds, HDF5Data):
         return _Columns(list(ds._columns))
-    if isinstance(ds, Sequence) and not isinstance(ds, str | bytes):
+    if isinstance(ds, str | bytes):
+        raise TypeError(f"`ds` must be a flow or a sequence of datapoints, got a "
+                        f"{type(ds).__name__} ({ds[:40]!r}); pass a list, e.g. [{ds[:20]!r}].")
+    if isinstance(ds, Sequence) or _is_duck_sequence(ds):
         return _ByIndex(ds, "__getitem__")
     if callable(getattr(ds, "_datapoint", None)):  # the dataset loaders (IndexedDataset)
         ds.reset_state()
         return _ByIndex(ds, "_datapoint")
+    size = _length(ds)
     ds.reset_state()
-    items = list(ds)
+    items = list(itertools.islice(iter(ds), size))
     close = getattr(ds, "close", None)
     if callable(close):
         close()
