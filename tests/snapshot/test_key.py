@@ -1,0 +1,137 @@
+"""The snapshot key: stable across processes and hash seeds, new when the code, a constant, a
+closure value, a global, a helper or the source changes, and explained part by part."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+import dataflow as df
+from dataflow.snapshot.key import explain_change, function_parts, make_key, source_parts
+
+SCALE = 3
+
+
+def _helper(x):
+    return x * SCALE
+
+
+def decode(dp, k=2):
+    return [_helper(dp[0]) + k, np.sqrt(float(dp[0]))]
+
+
+def _key(fn, ds):
+    return make_key({**source_parts(ds), **function_parts(fn)})
+
+
+_MODULE = textwrap.dedent("""
+    import numpy as np
+    SCALE = {scale}
+    def helper(x):
+        return x * SCALE{extra}
+    def decode(dp, k={k}):
+        return [helper(dp[0]) + k, np.float32(dp[0])]
+""")
+
+_PRINT_KEY = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, sys.argv[1])
+    import dataflow as df
+    from pipeline_mod import decode
+    from dataflow.snapshot.key import function_parts, make_key, source_parts
+    ds = df.DataFromList([[i, f"name{i}"] for i in range(5)], shuffle=False)
+    print(make_key({**source_parts(ds), **function_parts(decode)}))
+""")
+
+
+def _key_in_subprocess(folder, hashseed):
+    env = {**os.environ, "PYTHONHASHSEED": str(hashseed)}
+    out = subprocess.run([sys.executable, "-c", _PRINT_KEY, str(folder)], env=env,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_the_key_is_the_same_in_other_processes_and_hash_seeds_and_changes_with_the_code(
+        tmp_path):
+    module = tmp_path / "pipeline_mod.py"
+    module.write_text(_MODULE.format(scale=3, k=2, extra=""))
+    first = _key_in_subprocess(tmp_path, 1)
+    assert len(first) == 20
+    assert _key_in_subprocess(tmp_path, 2) == first  # another process, another hash seed
+    keys = {first}
+    for scale, k, extra in ((4, 2, ""), (3, 5, ""), (3, 2, " + 0")):  # a global, a default,
+        module.write_text(_MODULE.format(scale=scale, k=k, extra=extra))  # a helper's code
+        keys.add(_key_in_subprocess(tmp_path, 1))
+    assert len(keys) == 4
+
+
+def test_a_closure_value_a_constant_and_the_source_change_the_key():
+    def make(offset):
+        def f(dp):
+            return [dp[0] + offset]
+        return f
+
+    ds = df.DataFromList([[1], [2]], shuffle=False)
+    assert _key(make(1), ds) == _key(make(1), ds)
+    assert _key(make(1), ds) != _key(make(2), ds)
+    assert _key(lambda dp: [dp[0] + 1], ds) != _key(lambda dp: [dp[0] + 2], ds)
+    assert _key(make(1), ds) != _key(make(1), df.DataFromList([[1], [3]], shuffle=False))
+    # the order of the source is part of what a position means; its shuffle flag is not
+    assert _key(make(1), ds) == _key(make(1), df.DataFromList([[1], [2]], shuffle=True))
+    assert _key(make(1), [[1], [2]]) != _key(make(1), [[2], [1]])
+
+
+def test_files_of_a_source_count_by_name_size_and_mtime(tmp_path):
+    path = tmp_path / "a.jpg"
+    path.write_bytes(b"x" * 10)
+    os.utime(path, ns=(1_000_000_000, 1_000_000_000))
+    files = [[str(path), 0]]
+    before = source_parts(files)
+    assert source_parts(files) == before
+    os.utime(path, ns=(2_000_000_000, 2_000_000_000))
+    assert source_parts(files) != before
+    lmdb_path = str(tmp_path / "x.lmdb")
+    df.LMDBSerializer.save(df.DataFromList([[i] for i in range(4)], shuffle=False), lmdb_path,
+                           progress=False)
+    first = source_parts(df.LMDBSerializer.load(lmdb_path, shuffle=False))
+    assert source_parts(df.LMDBSerializer.load(lmdb_path, shuffle=True)) == first
+    df.LMDBSerializer.save(df.DataFromList([[i] for i in range(5)], shuffle=False), lmdb_path,
+                           overwrite=True, progress=False)
+    assert source_parts(df.LMDBSerializer.load(lmdb_path, shuffle=False)) != first
+
+
+class Decoder:
+    def __init__(self, size):
+        self.size = size
+
+    def __call__(self, dp):
+        return [dp[0] * self.size]
+
+
+def test_callable_objects_partials_and_library_stages_key_by_their_state():
+    import functools
+
+    ds = [[1]]
+    assert _key(Decoder(2), ds) == _key(Decoder(2), ds) != _key(Decoder(3), ds)
+    assert _key(functools.partial(decode, k=1), ds) != _key(functools.partial(decode, k=2), ds)
+    select = df.SelectComponent(df.DataFromList([[1, 2]]), [0]).func
+    other = df.SelectComponent(df.DataFromList([[1, 2]]), [1]).func
+    assert _key(select, ds) != _key(other, ds)
+
+
+def test_explain_change_names_the_changed_part():
+    def f(dp):
+        return [SCALE]
+
+    def g(dp):
+        return [SCALE + 1]
+
+    before, now = function_parts(f), function_parts(g)
+    assert "func.global:SCALE" in now
+    assert explain_change(now, before) == ["func: changed", "func.code: changed"]
+    assert explain_change(function_parts(decode), function_parts(f))[:2] == [
+        "func: changed", "func.code: changed"]
