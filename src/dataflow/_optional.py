@@ -46,6 +46,7 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "boto3": ("boto3", "s3"), "botocore.config": ("boto3", "s3"),
     "botocore.exceptions": ("boto3", "s3"), "urllib3": ("urllib3", "s3"),
     "fsspec": ("fsspec", "streaming"),
+    "lz4.block": ("lz4", "lz4"), "zstandard": ("zstandard", "zstd"),
 }
 
 

@@ -1,0 +1,278 @@
+"""The snapshot's shard files: append-only records, each with its checksums, and a sealed index.
+
+A shard has one writer (one process), which only appends; any process reads it. A record::
+
+    header (64 bytes) | payload | zero padding to a multiple of 64
+
+The header (little-endian) is ``magic "DFS1" | u8 kind | u8 codec | u16 0 | u64 index |
+u64 payload length | u64 decoded length | f64 cost | u32 payload CRC-32 | u32 header CRC-32``
+(the last over the 44 bytes before it), then zeros. ``kind`` is a record or a *tombstone*
+(whose payload names a record, ``"<shard name>\\n<offset>"``, that readers must forget).
+``codec`` is how the payload is compressed (none, lz4, zstd).
+
+Records are written with one ``writev`` each, so a reader sees a record only once it is whole
+(the file's size grows as the data lands); a record that does not fit in the file (a writer
+still writing, or killed while writing: a torn tail) is not read. A failed write (a full disk)
+is cut off again (``ftruncate``), so the file never holds a partial record followed by others.
+
+When its writer closes a shard (or rolls over to a new one) it writes ``<shard>.idx``
+atomically: ``magic "DFSI" | u32 version | u64 shard length | u64 count`` then one entry per
+record (index, offset, size on disk, cost, kind: five ``<i8``/``<f8``) and a CRC-32 of all
+that. A reader loads the index of a sealed shard instead of walking its headers; an unsealed
+shard (its writer alive, or killed) is walked from where the last walk stopped.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import secrets
+import struct
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dataflow.serialize._atomic_write import atomic_output
+from dataflow.snapshot.codec import ALIGN, align
+
+__all__ = ["ENTRY", "HEADER", "KIND_RECORD", "KIND_TOMBSTONE", "ShardReader", "ShardWriter",
+           "header_bytes", "header_ok", "is_full_error", "shard_names"]
+
+MAGIC = b"DFS1"
+INDEX_MAGIC = b"DFSI"
+INDEX_VERSION = 1
+SUFFIX = ".shard"
+INDEX_SUFFIX = ".idx"
+KIND_RECORD, KIND_TOMBSTONE = 0, 1
+
+#: magic, kind, codec, reserved, index, payload length, decoded length, cost, payload CRC,
+#: header CRC
+HEADER = struct.Struct("<4sBBHQQQdII")
+_HEADER_CRC_SPAN = HEADER.size - 4
+_PAD = bytes(ALIGN - HEADER.size)
+_INDEX_HEAD = struct.Struct("<4sIQQ")
+ENTRY = np.dtype([("index", "<i8"), ("offset", "<i8"), ("size", "<i8"), ("cost", "<f8"),
+                  ("kind", "<i8")])
+_IOV_MAX = 512
+
+#: one record of a shard, as the store indexes it: (index, offset, size on disk, cost, kind)
+Entry = tuple[int, int, int, float, int]
+
+
+def header_bytes(kind: int, codec: int, index: int, plen: int, raw_len: int, cost: float,
+                 crc: int) -> bytes:
+    """The 64 header bytes of a record (see the module docstring)."""
+    head = HEADER.pack(MAGIC, kind, codec, 0, index, plen, raw_len, cost, crc, 0)
+    hcrc = zlib.crc32(memoryview(head)[:_HEADER_CRC_SPAN])
+    return head[:_HEADER_CRC_SPAN] + struct.pack("<I", hcrc) + _PAD
+
+
+def header_ok(buf: Any, off: int) -> bool:
+    """Whether the header at ``buf[off:]`` has the magic and its checksum matches."""
+    return (buf[off: off + 4] == MAGIC and zlib.crc32(buf[off: off + _HEADER_CRC_SPAN])
+            == struct.unpack_from("<I", buf, off + _HEADER_CRC_SPAN)[0])
+
+
+def is_full_error(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def shard_names(root: str) -> list[str]:
+    """The shard files in ``root`` (temporary files start with a dot and are not listed)."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return []
+    return sorted(n for n in names if n.endswith(SUFFIX) and not n.startswith("."))
+
+
+def _write_all(fd: int, parts: Sequence[Any]) -> None:
+    """``writev`` every byte of ``parts``, however many calls the kernel needs."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        n = os.writev(fd, views[:_IOV_MAX])
+        while n and views:
+            if n >= len(views[0]):
+                n -= len(views.pop(0))
+            else:
+                views[0] = views[0][n:]
+                n = 0
+
+
+class ShardWriter:
+    """The one writer of a new shard in ``root``, named from the pid and a random token, so
+    that many processes append at once, each to its own file, with no lock."""
+
+    def __init__(self, root: str) -> None:
+        self.name = f"w{os.getpid()}-{secrets.token_hex(6)}{SUFFIX}"
+        self.path = os.path.join(root, self.name)
+        self.fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self.offset = 0
+        self.entries: list[Entry] = []
+
+    def append(self, header: bytes, parts: Sequence[Any], entry: Entry) -> None:
+        """Write one record at :attr:`offset`; on any error the file is cut back to where the
+        record began (nothing partial is left before a later record), and the error raised."""
+        assert self.fd is not None
+        start = self.offset
+        try:
+            _write_all(self.fd, [header, *parts])
+        except BaseException:
+            try:
+                os.ftruncate(self.fd, start)
+                os.lseek(self.fd, start, os.SEEK_SET)
+            except OSError:  # cannot cut it back: never append to this shard again
+                self.abandon()
+            raise
+        self.offset = start + entry[2]
+        self.entries.append(entry)
+
+    def sync(self) -> None:
+        if self.fd is not None:
+            getattr(os, "fdatasync", os.fsync)(self.fd)
+
+    def seal(self) -> None:
+        """Sync the shard, write its index atomically and close it. The index is a shortcut:
+        a shard without one (its writer killed, the disk full) is read by walking it."""
+        if self.fd is None:
+            return
+        try:
+            self.sync()
+            entries = np.array(self.entries, dtype=ENTRY)
+            body = _INDEX_HEAD.pack(INDEX_MAGIC, INDEX_VERSION, self.offset, len(entries))
+            body += entries.tobytes()
+            with atomic_output(self.path[: -len(SUFFIX)] + INDEX_SUFFIX, "SnapshotStore",
+                               overwrite=True) as tmp, open(tmp, "wb") as f:
+                f.write(body + struct.pack("<I", zlib.crc32(body)))
+        finally:
+            self.abandon()
+
+    def abandon(self) -> None:
+        """Close the file without an index."""
+        fd, self.fd = self.fd, None
+        if fd is not None:
+            os.close(fd)
+
+
+class ShardReader:
+    """One shard as a reader sees it: a read-only memory map (remapped as the file grows),
+    how far it has been walked, and whether its writer sealed it."""
+
+    def __init__(self, root: str, name: str) -> None:
+        self.name = name
+        self.path = os.path.join(root, name)
+        self.mm: Any = None
+        self.mapped = 0
+        self.walked = 0
+        self.sealed = False
+
+    def remap(self) -> bool:
+        """Map the file at its current size; False if it is gone."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            size = os.fstat(fd).st_size
+            if size > self.mapped:
+                self.mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+                self.mapped = size
+        finally:
+            os.close(fd)
+        return True
+
+    def size_on_disk(self) -> int:
+        try:
+            return os.stat(self.path).st_size
+        except FileNotFoundError:
+            return -1
+
+    def load_index(self) -> tuple[np.ndarray, list[str]] | None:
+        """The entries of a sealed shard's index and what is wrong with them (records that
+        the shard, cut short, no longer holds), or None if there is no index, or it is
+        unreadable (then the shard is walked)."""
+        try:
+            with open(self.path[: -len(SUFFIX)] + INDEX_SUFFIX, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None
+        if len(data) < _INDEX_HEAD.size + 4 or zlib.crc32(data[:-4]) != struct.unpack(
+                "<I", data[-4:])[0]:
+            return None
+        magic, version, length, count = _INDEX_HEAD.unpack_from(data)
+        if (magic != INDEX_MAGIC or version != INDEX_VERSION
+                or len(data) != _INDEX_HEAD.size + count * ENTRY.itemsize + 4):
+            return None
+        table = np.frombuffer(data, ENTRY, count, _INDEX_HEAD.size)
+        size = self.size_on_disk()
+        problems = []
+        if size < length:
+            lost = table[table["offset"] + table["size"] > size]
+            table = table[table["offset"] + table["size"] <= size]
+            problems = [f"record of index {int(e['index'])} at byte {int(e['offset'])}: the "
+                        f"shard is cut short ({size} of {length} bytes)" for e in lost]
+        self.sealed = True
+        self.walked = length
+        return table, problems
+
+    def walk(self) -> tuple[np.ndarray, list[str]]:
+        """The whole records past :attr:`walked` (advanced to the first one that is not whole
+        yet) and what was wrong on the way: a header that fails its checksum is reported and
+        skipped to the next valid header at a multiple of 64."""
+        if not self.remap():
+            return np.zeros(0, ENTRY), []
+        mm, end, pos = self.mm, self.mapped, self.walked
+        entries: list[Entry] = []
+        problems: list[str] = []
+        while pos + ALIGN <= end:
+            if not header_ok(mm, pos):
+                nxt = _next_header(mm, pos + ALIGN, end)
+                problems.append(f"bytes {pos}-{nxt if nxt >= 0 else end}: not a valid record "
+                                "header (corrupted)")
+                if nxt < 0:
+                    pos = end
+                    break
+                pos = nxt
+                continue
+            _, kind, _, _, index, plen, _, cost, _, _ = HEADER.unpack_from(mm, pos)
+            size = ALIGN + align(plen)
+            if pos + size > end:
+                break
+            entries.append((index, pos, size, cost, kind))
+            pos += size
+        self.walked = pos
+        return np.array(entries, dtype=ENTRY), problems
+
+    def tombstone_target(self, offset: int) -> tuple[str, int] | None:
+        """The (shard name, offset) that the tombstone at ``offset`` names."""
+        if (self.mm is None or offset + ALIGN > self.mapped) and not self.remap():
+            return None
+        plen = HEADER.unpack_from(self.mm, offset)[5]
+        try:
+            name, at = bytes(self.mm[offset + ALIGN: offset + ALIGN + plen]).decode().split("\n")
+            return name, int(at)
+        except ValueError:
+            return None
+
+    def close(self) -> None:
+        mm, self.mm = self.mm, None
+        self.mapped = 0
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:  # arrays still look at it; it closes when they are gone
+                pass
+
+
+def _next_header(mm: Any, pos: int, end: int) -> int:
+    """The next offset >= ``pos``, a multiple of 64 before ``end``, with a valid header; -1."""
+    while True:
+        pos = mm.find(MAGIC, pos, end)
+        if pos < 0:
+            return -1
+        if pos % ALIGN == 0 and pos + ALIGN <= end and header_ok(mm, pos):
+            return pos
+        pos += 1

@@ -1,0 +1,588 @@
+"""The on-disk store of one snapshot key: records by dataset index, written by many processes.
+
+``root`` holds ``meta.json`` (what the snapshot is: its size, the format's and the library's
+versions, the caller's ``meta``; written once, atomically) and shard files
+(:mod:`dataflow.snapshot.shard`). Each process that stores records appends to shards of its
+own (named from its pid and a random token); nothing is locked, so ranks, the data service's
+workers and jobs fill one snapshot at once, and each reads what the others wrote
+(:meth:`SnapshotStore.refresh`, which also runs on a miss, at most once a second).
+
+Crash safety: a writer killed at any point leaves whole records and at most one torn record at
+the end of its shard, which readers do not read; there are no lock files to go stale. Every
+record carries CRC-32s of its header and payload: the first read of a record in a process checks
+them (and its length), and a record that fails (flipped bits, a file cut short) is logged on the
+``dataflow`` logger, counted in ``stats()["corrupted"]`` and forgotten, for the caller to
+recompute. A full disk raises :class:`SnapshotFullError` (an ``OSError`` with ``errno.ENOSPC``
+that names the path), or with ``on_full="read"`` warns once (:class:`SnapshotFullWarning`) and
+stores nothing more; the record being written is cut off, so the snapshot stays valid.
+
+Reads are zero-copy: arrays come back as read-only views of the shard's memory map (aligned to
+64 bytes), except with ``compression="lz4"`` or ``"zstd"``, where the payload is decompressed
+into memory of its own first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+import warnings
+import zlib
+from typing import Any
+
+import numpy as np
+
+from dataflow._version import __version__
+from dataflow.errors import DataFlowError
+from dataflow.snapshot import codec
+from dataflow.snapshot.shard import (
+    HEADER,
+    INDEX_SUFFIX,
+    KIND_RECORD,
+    KIND_TOMBSTONE,
+    SUFFIX,
+    ShardReader,
+    ShardWriter,
+    header_bytes,
+    header_ok,
+    is_full_error,
+    shard_names,
+)
+
+__all__ = ["FORMAT_VERSION", "SnapshotFullError", "SnapshotFullWarning", "SnapshotStore"]
+
+logger = logging.getLogger("dataflow")
+
+FORMAT_VERSION = 1
+META = "meta.json"
+#: a writer starts a new shard once its current one holds this many bytes
+DEFAULT_SHARD_BYTES = 1 << 30
+#: a miss looks for what other processes wrote at most this often (seconds)
+MISS_REFRESH_S = 1.0
+_ALIGN = codec.ALIGN
+
+
+class SnapshotFullError(DataFlowError, OSError):
+    """The disk under a snapshot's path is full: nothing more can be stored there. It is an
+    ``OSError`` with ``errno.ENOSPC`` (or ``EDQUOT``) and ``filename`` the snapshot's path."""
+
+
+class SnapshotFullWarning(RuntimeWarning):
+    """With ``on_full="read"``: the disk under a snapshot's path is full, so the snapshot reads
+    what it holds and stores nothing more."""
+
+
+class SnapshotStore:
+    """The records of one snapshot key, stored under ``root`` (a directory), one per index in
+    ``range(size)``.
+
+    ``get(i)`` is ``(True, value)`` for a stored record (``value`` may be None: a stored drop)
+    and ``(False, None)`` otherwise; ``put(i, value, cost)`` stores a record once. ``cost``
+    (seconds the value took to compute) is kept with the record. ``compression`` is None,
+    ``"lz4"`` or ``"zstd"`` (the ``lz4`` / ``zstd`` extras). ``on_full`` is ``"raise"`` or
+    ``"read"`` (see the module docstring). ``shard_bytes``: the size at which a writer starts
+    a new shard. A store is picklable: the copy reopens ``root`` as a new writer (shards of its
+    own). A process forked with an open store writes shards of its own too.
+    """
+
+    def __init__(self, root: str | os.PathLike, size: int, *, compression: str | None = None,
+                 on_full: str = "raise", meta: dict | None = None,
+                 shard_bytes: int = DEFAULT_SHARD_BYTES) -> None:
+        self._args = {"root": root, "size": size, "compression": compression,
+                      "on_full": on_full, "meta": meta, "shard_bytes": shard_bytes}
+        try:
+            self.root = os.path.abspath(os.fspath(root))
+        except TypeError:
+            raise TypeError(f"SnapshotStore: `root` must be a str or os.PathLike, got {root!r} "
+                            f"(type {type(root).__name__})") from None
+        if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 0:
+            raise ValueError(f"SnapshotStore: `size` must be an int >= 0 (the number of "
+                             f"indices), got {size!r}")
+        if compression not in codec.CODECS:
+            raise ValueError(f"SnapshotStore: `compression` must be None, 'lz4' or 'zstd', got "
+                             f"{compression!r}")
+        if on_full not in ("raise", "read"):
+            raise ValueError(f"SnapshotStore: `on_full` must be 'raise' (a full disk is an "
+                             f"error) or 'read' (warn and read on without storing), got "
+                             f"{on_full!r}")
+        if isinstance(shard_bytes, bool) or not isinstance(shard_bytes, int) or shard_bytes < 1:
+            raise ValueError(f"SnapshotStore: `shard_bytes` must be a positive int, got "
+                             f"{shard_bytes!r}")
+        self._size, self._on_full, self._shard_bytes = int(size), on_full, shard_bytes
+        self._codec = codec.CODECS[compression]
+        if self._codec:
+            codec.load_codec(self._codec)
+        self._lock = threading.RLock()
+        self._pid = os.getpid()
+        self._closed = self._full = False
+        self._writer: ShardWriter | None = None
+        self._own = -1  # the shard this process appends to, as a reader sees it
+        self._reset_index()
+        self._counts = {"bytes_written": 0, "bytes_read": 0, "hits": 0, "misses": 0,
+                        "corrupted": 0}
+        self._last_refresh = 0.0
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            self.info = self._open_meta(meta)
+        except OSError as e:
+            if not is_full_error(e) or self._on_full == "raise":
+                raise self._write_error(e) from e
+            self._disk_full(e)
+            self.info = self._meta_dict(meta)
+        self.refresh()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._size
+
+    def get(self, i: int) -> tuple[bool, Any]:
+        """``(True, value)`` if index ``i`` is stored, else ``(False, None)``. A record that
+        fails its checks is reported, forgotten and answered ``(False, None)``."""
+        if not 0 <= i < self._size:
+            raise IndexError(f"SnapshotStore.get: index {i!r} is out of range(0, {self._size})")
+        sid = self._sid[i]
+        if sid < 0:
+            if self._closed:
+                raise self._closed_error()
+            if time.monotonic() - self._last_refresh >= MISS_REFRESH_S:
+                self.refresh()
+                sid = self._sid[i]
+            if sid < 0:
+                self._counts["misses"] += 1
+                return False, None
+        shard = self._shards[sid]
+        off = int(self._off[i])
+        if off + int(self._rsize[i]) > shard.mapped:
+            with self._lock:
+                if self._closed:
+                    raise self._closed_error()
+                shard.remap()
+            if off + int(self._rsize[i]) > shard.mapped:
+                return self._corrupt(i, "the shard is cut short before the record's end")
+        mm = shard.mm
+        if not self._checked[i]:
+            problem = self._check(mm, off, i)
+            if problem:
+                return self._corrupt(i, problem)
+            self._checked[i] = True
+        _, _, cd, _, _, plen, raw_len, _, _, _ = HEADER.unpack_from(mm, off)
+        try:
+            if cd:
+                start = off + _ALIGN
+                value = codec.decode(codec.decompress(cd, mm[start: start + plen], raw_len))
+            else:
+                value = codec.decode(mm, off + _ALIGN)
+        except (ValueError, TypeError, IndexError, UnicodeDecodeError) as e:
+            return self._corrupt(i, f"it does not decode ({type(e).__name__}: {e})")
+        counts = self._counts
+        counts["hits"] += 1
+        counts["bytes_read"] += plen
+        return True, value
+
+    def has(self, i: int) -> bool:
+        return bool(self._sid[i] >= 0)
+
+    def stored(self) -> int:
+        """How many indices are stored."""
+        return self._n
+
+    def complete(self) -> bool:
+        return self._n == self._size
+
+    def nbytes(self) -> int:
+        """Bytes on disk of the stored records."""
+        return int(self._rsize[self._sid >= 0].sum())
+
+    def costs(self) -> dict[int, tuple[float, int]]:
+        """Index -> (seconds it took to compute, bytes on disk) of every stored record."""
+        idx = np.flatnonzero(self._sid >= 0)
+        return dict(zip(idx.tolist(), zip(self._cost[idx].tolist(), self._rsize[idx].tolist(),
+                                          strict=True), strict=True))
+
+    def stats(self) -> dict[str, int]:
+        """records, bytes_written, bytes_read, hits, misses, corrupted, shards."""
+        return {"records": self._n, **self._counts,
+                "shards": sum(s is not None for s in self._shards)}
+
+    def refresh(self) -> None:
+        """Read what other processes wrote since the last refresh (new shards, new records,
+        shards removed by :meth:`drop`)."""
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            self._after_fork()
+            names = shard_names(self.root)
+            present = set(names)
+            for sid, shard in enumerate(self._shards):
+                if shard is None:
+                    continue
+                if shard.name not in present:
+                    self._lose_shard(sid)
+                elif sid != self._own and not shard.sealed:
+                    sealed = os.path.exists(shard.path[: -len(SUFFIX)] + INDEX_SUFFIX)
+                    self._add(sid, *shard.walk())
+                    shard.sealed = sealed
+            for name in names:
+                if name not in self._by_name:
+                    sid, new = self._new_reader(name)
+                    got = new.load_index()
+                    self._add(sid, *(got if got is not None else new.walk()))
+            self._last_refresh = time.monotonic()
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def put(self, i: int, value: Any, cost: float | None = None) -> int:
+        """Store ``value`` at index ``i``; the bytes written, or 0 if ``i`` is stored already
+        or nothing is stored any more (``on_full="read"`` after a full disk)."""
+        if not 0 <= i < self._size:
+            raise IndexError(f"SnapshotStore.put: index {i!r} is out of range(0, {self._size})")
+        if self._closed:
+            raise self._closed_error()
+        if self._sid[i] >= 0 or self._full:
+            return 0
+        parts, raw_len = codec.encode(value, int(i))
+        if self._codec:
+            parts = [codec.compress(self._codec, b"".join(parts))]
+        crc = 0
+        for p in parts:
+            crc = zlib.crc32(p, crc)
+        plen = len(parts[0]) if self._codec else raw_len
+        pad = codec.align(plen) - plen
+        if pad:
+            parts.append(bytes(pad))
+        cost = float(cost or 0.0)
+        head = header_bytes(KIND_RECORD, self._codec, int(i), plen, raw_len, cost, crc)
+        return self._append(int(i), head, parts, _ALIGN + plen + pad, cost, KIND_RECORD)
+
+    def discard(self, i: int) -> None:
+        """Forget the record of index ``i`` (it will be recomputed), here and, through a
+        tombstone in this process's shard, in every process that refreshes."""
+        with self._lock:
+            sid = int(self._sid[i])
+            if sid < 0:
+                return
+            name, off = self._shards[sid].name, int(self._off[i])  # type: ignore[union-attr]
+            target = f"{name}\n{off}".encode()
+            head = header_bytes(KIND_TOMBSTONE, 0, int(i), len(target), len(target), 0.0,
+                                zlib.crc32(target))
+            pad = bytes(codec.align(len(target)) - len(target))
+            self._dead.add((name, off))
+            self._forget(int(i))
+            if not self._full:
+                self._append(int(i), head, [target, pad], _ALIGN + len(target) + len(pad), 0.0,
+                             KIND_TOMBSTONE)
+
+    def drop(self) -> None:
+        """Delete every record of this snapshot (all processes' shards; ``meta.json`` stays)."""
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            if self._writer is not None:
+                self._writer.abandon()
+                self._writer = None
+            for name in os.listdir(self.root):
+                if name.endswith((SUFFIX, INDEX_SUFFIX)) or name.startswith("."):
+                    with contextlib.suppress(FileNotFoundError):
+                        os.remove(os.path.join(self.root, name))
+            for shard in self._shards:
+                if shard is not None:
+                    shard.close()
+            self._reset_index()
+
+    def flush(self) -> None:
+        """Make every record put so far durable (they are visible to others once put)."""
+        with self._lock:
+            if self._writer is not None and self._pid == os.getpid():
+                self._writer.sync()
+
+    def close(self) -> None:
+        """Seal this process's shard (write its index) and unmap the shards. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                if self._pid != os.getpid():
+                    writer.abandon()
+                else:
+                    try:
+                        writer.seal()
+                    except OSError as e:  # the shard stays readable without its index
+                        logger.debug("SnapshotStore %s: shard %s not sealed (%s)", self.root,
+                                     writer.name, e)
+            for shard in self._shards:
+                if shard is not None:
+                    shard.close()
+
+    def __enter__(self) -> SnapshotStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return dict(self._args)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"SnapshotStore({self.root!r}, size={self._size}, stored={self._n})"
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _reset_index(self) -> None:
+        n = self._size
+        self._shards: list[ShardReader | None] = []
+        self._by_name: dict[str, int] = {}
+        self._sid = np.full(n, -1, np.int32)
+        self._off = np.zeros(n, np.int64)
+        self._rsize = np.zeros(n, np.int64)
+        self._cost = np.zeros(n, np.float64)
+        self._checked = np.zeros(n, np.bool_)
+        self._n = 0
+        self._own = -1
+        self._alt: dict[int, list[tuple[int, int, int, float]]] = {}
+        self._dead: set[tuple[str, int]] = set()
+
+    def _meta_dict(self, meta: dict | None) -> dict[str, Any]:
+        return {"format": FORMAT_VERSION, "size": self._size, "library": __version__,
+                "meta": {} if meta is None else meta}
+
+    def _open_meta(self, meta: dict | None) -> dict[str, Any]:
+        path = os.path.join(self.root, META)
+        if not os.path.exists(path):
+            try:
+                body = json.dumps(self._meta_dict(meta), sort_keys=True, indent=1)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"SnapshotStore: `meta` must be a dict of JSON values, got "
+                                f"{meta!r} ({e})") from None
+            tmp = os.path.join(self.root, f".{META}.tmp-{secrets.token_hex(6)}")
+            try:
+                with open(tmp, "w") as f:
+                    f.write(body)
+                    f.flush()
+                    os.fsync(f.fileno())
+                try:  # the first process to link its file wins; the others read it
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass
+                except OSError as e:
+                    if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                        raise
+                    os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(tmp)
+        try:
+            with open(path) as f:
+                info = json.load(f)
+            fmt, size = info["format"], info["size"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"SnapshotStore: {path!r} is not a snapshot's meta.json ({e}); "
+                             f"remove the directory `root` {self.root!r} or give another.") from e
+        if fmt != FORMAT_VERSION:
+            raise ValueError(f"SnapshotStore: the snapshot in `root` {self.root!r} has format "
+                             f"{fmt!r}, this library reads {FORMAT_VERSION}; remove it (it will "
+                             "be written again) or give another path.")
+        if size != self._size:
+            raise ValueError(f"SnapshotStore: the snapshot in `root` {self.root!r} has "
+                             f"{size} indices, not `size`={self._size}; it belongs to another "
+                             "dataset: give another path, or remove it.")
+        return info
+
+    def _new_reader(self, name: str) -> tuple[int, ShardReader]:
+        shard = ShardReader(self.root, name)
+        self._shards.append(shard)
+        sid = self._by_name[name] = len(self._shards) - 1
+        return sid, shard
+
+    def _add(self, sid: int, table: np.ndarray, problems: list[str]) -> None:
+        """Index the entries of shard ``sid`` (an ``ENTRY`` table), first come first kept."""
+        name = self._shards[sid].name  # type: ignore[union-attr]
+        for p in problems:
+            self._report(name, p)
+        if not len(table):
+            return
+        bad = (table["index"] < 0) | (table["index"] >= self._size)
+        for e in table[bad]:
+            self._report(name, f"record at byte {int(e['offset'])}: index {int(e['index'])} "
+                         f"is out of range(0, {self._size})")
+        table = table[~bad]
+        simple = not (table["kind"] != KIND_RECORD).any() and not any(
+            n == name for n, _ in self._dead)
+        if simple:  # the common case, at NumPy speed: records of indices not yet stored
+            idx = table["index"]
+            _, first = np.unique(idx, return_index=True)
+            take = np.zeros(len(table), bool)
+            take[first] = True
+            take &= self._sid[idx] < 0
+            new = table[take]
+            self._sid[new["index"]] = sid
+            self._off[new["index"]] = new["offset"]
+            self._rsize[new["index"]] = new["size"]
+            self._cost[new["index"]] = new["cost"]
+            self._n += len(new)
+            table = table[~take]
+        for i, off, size, cost, kind in table.tolist():
+            if kind == KIND_TOMBSTONE:
+                target = self._shards[sid].tombstone_target(off)  # type: ignore[union-attr]
+                if target is not None:
+                    self._tombstone(i, *target)
+            elif (name, off) not in self._dead:
+                self._index(i, sid, off, size, cost)
+
+    def _index(self, i: int, sid: int, off: int, size: int, cost: float) -> None:
+        if self._sid[i] < 0:
+            self._sid[i], self._off[i], self._rsize[i], self._cost[i] = sid, off, size, cost
+            self._n += 1
+        elif (int(self._sid[i]), int(self._off[i])) != (sid, off):
+            self._alt.setdefault(i, []).append((sid, off, size, cost))
+
+    def _forget(self, i: int) -> None:
+        """Drop the record indexed at ``i``; another copy of it (from another writer), if any,
+        takes its place."""
+        self._sid[i] = -1
+        self._checked[i] = False
+        self._n -= 1
+        for sid, off, size, cost in self._alt.pop(i, []):
+            shard = self._shards[sid]
+            if shard is not None and (shard.name, off) not in self._dead:
+                self._index(i, sid, off, size, cost)
+
+    def _tombstone(self, i: int, name: str, off: int) -> None:
+        self._dead.add((name, off))
+        sid = self._by_name.get(name)
+        if sid is not None and 0 <= i < self._size:
+            if int(self._sid[i]) == sid and int(self._off[i]) == off:
+                self._forget(i)
+            elif i in self._alt:
+                self._alt[i] = [a for a in self._alt[i] if (a[0], a[1]) != (sid, off)]
+
+    def _lose_shard(self, sid: int) -> None:
+        """A shard removed from disk (by drop() in some process): forget its records."""
+        for i in np.flatnonzero(self._sid == sid).tolist():
+            self._forget(i)
+        for i in list(self._alt):
+            self._alt[i] = [a for a in self._alt[i] if a[0] != sid]
+        shard = self._shards[sid]
+        assert shard is not None
+        del self._by_name[shard.name]
+        shard.close()
+        self._shards[sid] = None
+
+    def _check(self, mm: Any, off: int, i: int) -> str:
+        """What is wrong with the record at ``off`` for index ``i`` ('' if nothing)."""
+        if not header_ok(mm, off):
+            return "its header fails its checksum"
+        _, kind, cd, _, index, plen, _, _, crc, _ = HEADER.unpack_from(mm, off)
+        if index != i or kind != KIND_RECORD or cd not in (0, 1, 2):
+            return f"its header says index {index}, kind {kind}, codec {cd}"
+        if _ALIGN + codec.align(plen) != int(self._rsize[i]):
+            return "its length does not match the index"
+        with memoryview(mm) as view:
+            if zlib.crc32(view[off + _ALIGN: off + _ALIGN + plen]) != crc:
+                return "its payload fails its checksum"
+        return ""
+
+    def _corrupt(self, i: int, problem: str) -> tuple[bool, Any]:
+        with self._lock:
+            sid = int(self._sid[i])
+            if sid >= 0:
+                name = self._shards[sid].name  # type: ignore[union-attr]
+                self._report(name, f"record of index {i} at byte {int(self._off[i])}: {problem}")
+                self._dead.add((name, int(self._off[i])))
+                self._forget(i)
+        self._counts["misses"] += 1
+        return False, None
+
+    def _report(self, shard: str, problem: str) -> None:
+        self._counts["corrupted"] += 1
+        logger.warning("SnapshotStore %s: shard %s: %s; the record is not used (it will be "
+                       "recomputed).", self.root, shard, problem)
+
+    def _after_fork(self) -> None:
+        """In a process forked with this store: the parent's shard is the parent's to write."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._lock = threading.RLock()
+        if self._writer is not None:
+            self._writer.abandon()
+            self._writer = None
+        self._own = -1
+
+    def _append(self, i: int, head: bytes, parts: list[Any], size: int, cost: float,
+                kind: int) -> int:
+        with self._lock:
+            self._after_fork()
+            if self._closed:
+                raise self._closed_error()
+            if self._full or (kind == KIND_RECORD and self._sid[i] >= 0):
+                return 0
+            try:
+                if self._writer is None:
+                    self._writer = ShardWriter(self.root)
+                    self._own = self._new_reader(self._writer.name)[0]
+                w = self._writer
+                off = w.offset
+                w.append(head, parts, (i, off, size, cost, kind))
+            except OSError as e:
+                if not is_full_error(e) or self._on_full == "raise":
+                    raise self._write_error(e) from e
+                self._disk_full(e)
+                return 0
+            if kind == KIND_RECORD:
+                self._index(i, self._own, off, size, cost)
+                self._checked[i] = True
+            self._counts["bytes_written"] += size
+            if w.offset >= self._shard_bytes:
+                self._roll()
+            return size
+
+    def _roll(self) -> None:
+        """Seal this process's shard; the next record starts a new one."""
+        writer, self._writer = self._writer, None
+        own, self._own = self._own, -1
+        shard = self._shards[own]
+        if shard is not None:
+            shard.sealed = True
+        if writer is not None:
+            try:
+                writer.seal()
+            except OSError as e:
+                logger.debug("SnapshotStore %s: shard %s not sealed (%s)", self.root,
+                             writer.name, e)
+
+    def _disk_full(self, e: OSError) -> None:
+        self._full = True
+        warnings.warn(
+            f"SnapshotStore: the disk under `path` {self.root!r} is full ({e.strerror}); the "
+            f"snapshot stores nothing more and reads on ({self._n} of {self._size} indices "
+            "stored). Free space, or give a path on a larger disk, or a budget.",
+            SnapshotFullWarning, stacklevel=4)
+
+    def _write_error(self, e: OSError) -> OSError:
+        if is_full_error(e):
+            return SnapshotFullError(
+                e.errno, f"SnapshotStore: the disk under `path` {self.root!r} is full "
+                f"({e.strerror}) after {self._n} of {self._size} indices were stored; free "
+                "space, give a path on a larger disk or a budget, or pass on_full='read' to read "
+                "on without storing more", self.root)
+        return OSError(e.errno, f"SnapshotStore: cannot write the snapshot at `path` "
+                       f"{self.root!r}: {e.strerror} ({e.filename})", self.root)
+
+    def _closed_error(self) -> ValueError:
+        return ValueError(f"SnapshotStore {self.root!r} is closed; open a new one.")
+
