@@ -31,7 +31,10 @@ paths (``dataflow.common``, ``dataflow.image``, ...) and the standalone ``datafl
 import importlib as _importlib
 import types as _types
 
-from dataflow import _legacy
+from dataflow import (
+    _legacy,
+    snapshot,  # the package, callable: dataflow.snapshot(ds, path)
+)
 from dataflow._version import __version__
 from dataflow.base import DataFlow, ProxyDataFlow, RNGDataFlow
 from dataflow.errors import (
@@ -81,6 +84,7 @@ from dataflow.serialize import (
     TFRecordSerializer,
 )
 from dataflow.sharding import ShardData, shard
+from dataflow.snapshot import SnapshotData
 from dataflow.sources import (
     DataFromGenerator,
     DataFromIterable,
@@ -224,6 +228,7 @@ __all__ = [
     "SVMLightData",
     "SelectComponent",
     "ShardData",
+    "SnapshotData",
     "StateMismatchError",
     "TFRecordSerializer",
     "TestDataSpeed",
@@ -240,4 +245,5 @@ __all__ = [
     "send_dataflow_zmq",
     "set_seed",
     "shard",
+    "snapshot",
 ]

@@ -3,7 +3,8 @@
 A :class:`~dataflow.snapshot.SnapshotData` computes and stores the output at a dataset
 *index*; a :class:`~dataflow.service.DataService` hands its workers indices. Both read the
 datapoint at an index themselves, in the process that needs it. Flows that can be read by
-index are read in place: ``DataFromList`` and sequences (anything with ``__len__`` and
+index are read in place: a flow whose class says ``by_position = True`` (it answers ``len()``
+and ``[i]``: a ``SnapshotData``), ``DataFromList`` and sequences (anything with ``__len__`` and
 ``__getitem__``, a ``SnapshotData`` included), the dataset loaders, ``NumpyData`` and
 ``HDF5Data`` (their arrays), and LMDB files (``LMDBSerializer.load`` / ``LMDBData``: each reader
 opens the file and reads the key at the index; the keys are the file's ``__keys__`` entry, or
@@ -126,6 +127,8 @@ def positional(ds: Any) -> Any:
     from dataflow.serialize.npz_format import NumpyData
     from dataflow.sources import DataFromList
 
+    if getattr(type(ds), "by_position", False):  # a flow that says it reads by position
+        return _ByIndex(ds, "__getitem__")
     if isinstance(ds, DataFromList):
         return _ByIndex(list(ds.lst), "__getitem__")
     if isinstance(ds, LMDBData):

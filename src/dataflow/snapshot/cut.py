@@ -1,0 +1,183 @@
+"""``dataflow.snapshot(ds, path)``: put a snapshot at the end of a chain's deterministic prefix.
+
+A chain is a position-readable source followed by 1:1 map stages: ``MapData``,
+``MapDataComponent`` (with ``on_error="raise"``: a skipped error would change the positions),
+and the strict, ordered parallel mappers (``MultiThreadMapData``, ``MultiProcessMapData``...,
+``strict=True, ordered=True``). Walking up from the source, each stage's function is composed
+with the ones below it and tested for randomness (:func:`~dataflow.snapshot.determinism.
+check_deterministic`, on a few of the source's datapoints); the longest prefix that passes is
+replaced by one :class:`~dataflow.snapshot.data.SnapshotData` of the composed function. The
+stages above it are unchanged and read the snapshot instead (the same outputs, in the same
+order, with the same seeds: a shuffling ``DataFromList`` source's order is the snapshot's, derived
+from the source's seed and place in the pipeline).
+
+Where it cut and why is logged and kept on the returned flow's snapshot as ``snap.cut`` (a
+:class:`Cut`), or, when nothing could be cut, raised as a ``ValueError`` that says why.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from dataflow.base import DataFlow
+from dataflow.parallel._mapper import MapperBase
+from dataflow.snapshot.data import SnapshotData, _shallow
+from dataflow.snapshot.determinism import (
+    CHECK_INPUTS,
+    NondeterministicError,
+    check_deterministic,
+    func_name,
+)
+from dataflow.snapshot.source import positional
+from dataflow.sources import DataFromList
+from dataflow.wrappers.map import MapData, MapDataComponent, replace_component
+
+__all__ = ["Chain", "Cut", "snapshot"]
+
+logger = logging.getLogger(__name__)
+
+
+class Chain:
+    """The composed function of a chain's map stages, bottom up (picklable when the stages'
+    functions are): each step is ``(func, None)`` for a whole-datapoint map or ``(func,
+    index)`` for a component map; a ``None`` result drops the datapoint."""
+
+    def __init__(self, steps: list[tuple[Any, Any]]) -> None:
+        self.steps = list(steps)
+
+    def __call__(self, dp: Any) -> Any:
+        for func, index in self.steps:
+            if index is None:
+                dp = func(_shallow(dp))
+            else:
+                ret = func(dp[index])
+                dp = None if ret is None else replace_component(dp, index, ret)
+            if dp is None:
+                return None
+        return dp
+
+    def __repr__(self) -> str:
+        return f"Chain({', '.join(func_name(f) for f, _ in self.steps)})"
+
+
+@dataclass
+class Cut:
+    """Where :func:`snapshot` cut a chain: ``stored`` (the stages in the snapshot, bottom up),
+    ``above`` (the stages left after it), ``reason`` (why it stopped there)."""
+
+    stored: list[str] = field(default_factory=list)
+    above: list[str] = field(default_factory=list)
+    reason: str = ""
+
+    def __str__(self) -> str:
+        return (f"snapshot of {' -> '.join(self.stored)}; after it: "
+                f"{' -> '.join(self.above) or 'nothing'}. {self.reason}")
+
+
+def _step(stage: Any) -> tuple[tuple[Any, Any] | None, str]:
+    """The map step of a 1:1 stage, or ``None`` and why the chain ends at it."""
+    name = type(stage).__name__
+    if isinstance(stage, MapDataComponent):
+        if stage.error_policy is not None:
+            return None, f"{name} has on_error={stage.on_error!r} (an error drops a datapoint)"
+        return (stage.func, stage.index), ""
+    if isinstance(stage, MapData):
+        if stage.error_policy is not None:
+            return None, f"{name} has on_error={stage.on_error!r} (an error drops a datapoint)"
+        return (stage.func, None), ""
+    if isinstance(stage, MapperBase):
+        if not (stage.strict and stage.ordered):
+            return None, f"{name} is not strict and ordered (its outputs are not 1:1 in order)"
+        if stage.error_policy is not None:
+            return None, f"{name} has on_error={stage.on_error!r} (an error drops a datapoint)"
+        return (stage.map_func, None), ""
+    return None, f"{name} is not a 1:1 map stage"
+
+
+def _repoint(parent: Any, old: Any, new: Any) -> None:
+    """Make ``parent`` read ``new`` where it read ``old``: its ``ds``, and the helpers of it
+    that hold the same child (a mapper's checkpoints of its child's state)."""
+    parent.ds = new
+    for value in vars(parent).values():
+        if value is not parent and getattr(value, "ds", None) is old:
+            value.ds = new
+
+
+def snapshot(ds: DataFlow, path: str | os.PathLike[str], **kwargs: Any) -> DataFlow:
+    """``ds`` with its longest deterministic prefix replaced by a :class:`SnapshotData` under
+    ``path`` (``kwargs`` go to it: ``budget``, ``verify``, ``compression``, ``key``...).
+
+    Call it before ``reset_state()``. The snapshot is the returned flow itself when the whole
+    chain is deterministic; else the first random stage reads it (``ds`` is that stage's chain,
+    changed in place and returned). Raises ``ValueError`` when no stage can be snapshotted, with
+    the reason; the cut is logged and kept as ``snap.cut``."""
+    chain: list[Any] = []  # the stages from the top down to the source
+    stage: Any = ds
+    while True:
+        step, _why = _step(stage)
+        if step is None:
+            break
+        chain.append(stage)
+        stage = stage.ds
+    source = stage
+    if not chain and not isinstance(source, DataFlow):
+        raise TypeError(f"`ds` must be a DataFlow chain, got {type(ds).__name__} {ds!r:.60}.")
+    shuffled = bool(getattr(source, "shuffle", False) or getattr(source, "_shuffle", False))
+    if shuffled and not isinstance(source, DataFromList):
+        raise ValueError(
+            f"`ds`'s source {type(source).__name__} shuffles in its own order: build it with "
+            "shuffle=False and shuffle after the snapshot (SnapshotData(..., shuffle=True), "
+            "LocallyShuffleData), or snapshot a DataFromList source.")
+    try:
+        n = len(source)
+    except (NotImplementedError, TypeError) as e:
+        raise ValueError(f"`ds`'s source {type(source).__name__} has no len(): a snapshot reads "
+                         "its source by position.") from e
+    reader = positional(source)
+    inputs = [reader.get(i) for i in range(min(CHECK_INPUTS, n))]
+    steps: list[tuple[Any, Any]] = []
+    stored: list[Any] = []
+    reason = f"the chain ends at {type(stage).__name__} ({_step(stage)[1]})"
+    for st in reversed(chain):
+        step, _ = _step(st)
+        assert step is not None
+        try:
+            check_deterministic(Chain([*steps, step]), inputs)
+        except NondeterministicError:
+            reason = (f"{type(st).__name__}({func_name(step[0])}) is random (its outputs "
+                      "differ under two seeds): it and what follows stay after the snapshot")
+            break
+        steps.append(step)
+        stored.append(st)
+    above = chain[: len(chain) - len(stored)]
+    if not stored:
+        raise ValueError(f"dataflow.snapshot: nothing to snapshot in {type(ds).__name__}: "
+                         f"{reason}. A snapshot stores a deterministic map of a "
+                         "position-readable source (MapData, MapDataComponent, strict ordered "
+                         "mappers over a DataFromList, LMDB, Numpy or HDF5 source).")
+    options = {"key": None, "budget": None, "verify": 0.01, "compression": None,
+               "on_full": "raise", **kwargs}
+    unknown = sorted(set(options) - {"key", "budget", "verify", "compression", "on_full"})
+    if unknown:
+        raise TypeError(f"dataflow.snapshot: unknown arguments {unknown}; it takes those of "
+                        "SnapshotData: key, budget, verify, compression, on_full.")
+    snap = SnapshotData.__new__(SnapshotData)
+    snap._setup(source, path, Chain(steps), options["key"], options["budget"], options["verify"],
+                options["compression"], shuffled, getattr(source, "seed", None),
+                options["on_full"])
+    snap._ensure_checked(tested=True)  # (the test above passed: the snapshot needs no other)
+    if shuffled:  # the source's order: its seed, at its place in the original chain
+        snap._order_depth = len(stored)
+    names = [f"{type(st).__name__}({func_name(func)})" for st, (func, _) in zip(stored, steps)]
+    cut = Cut([type(source).__name__, *names], [type(s).__name__ for s in reversed(above)],
+              reason)
+    snap.cut = cut
+    logger.info("dataflow.snapshot under %s: %s", snap.root, cut)
+    if not above:
+        return snap
+    _repoint(above[-1], stored[-1], snap)
+    return ds
+

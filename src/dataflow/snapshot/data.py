@@ -1,0 +1,404 @@
+"""``SnapshotData``: the outputs ``map_func(ds[i])`` of a position-readable flow, computed once
+and read back by position from a persistent, verified snapshot.
+
+A snapshot lives under ``path/<key>/`` (the store's format: :mod:`dataflow.snapshot.store`);
+the key digests the source, ``map_func`` and the library's version (:mod:`dataflow.snapshot.key`).
+Reading is *read-through*: an index not yet stored is computed, returned and stored; a complete
+snapshot never calls ``map_func`` nor reads ``ds``. Every process (a trainer rank, a service
+worker, another job) opens its own writer of the same snapshot and reads what the others wrote.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from dataflow.base import DataFlow, RNGDataFlow
+from dataflow.errors import DataFlowError
+from dataflow.rng import derive_rng, path_of, stage_sequence
+from dataflow.snapshot.budget import Budget, parse_budget
+from dataflow.snapshot.determinism import (
+    CHECK_INPUTS,
+    NondeterministicError,
+    check_deterministic,
+    fingerprint,
+    func_name,
+)
+from dataflow.snapshot.key import explain_change, function_parts, make_key, source_parts
+from dataflow.snapshot.source import positional
+from dataflow.state import ReaderState
+from dataflow.validation import check_callable
+
+__all__ = ["SnapshotData", "StaleSnapshotError"]
+
+logger = logging.getLogger(__name__)
+
+#: the file, in a snapshot's folder, that says its ``map_func`` passed the randomness test
+CHECKED = "deterministic.json"
+
+
+class StaleSnapshotError(DataFlowError, ValueError):
+    """A stored output differs from what ``map_func`` computes now for the same input: the
+    snapshot is stale (a change its key did not catch)."""
+
+
+def _check_verify(verify: Any) -> tuple[float, bool]:
+    """``(fraction, repair)`` from ``verify``: a fraction in [0, 1], or ``"repair"``."""
+    if verify == "repair":
+        return 0.01, True
+    if isinstance(verify, tuple) and len(verify) == 2 and verify[0] == "repair":
+        verify, repair = verify[1], True
+    else:
+        repair = False
+    if isinstance(verify, bool) or not isinstance(verify, int | float) or not 0 <= verify <= 1:
+        raise ValueError(f"`verify` must be a fraction in [0, 1] of the hits to recompute, or "
+                         f"'repair', got {verify!r}; e.g. verify=0.01, or verify=0 to trust the "
+                         "snapshot.")
+    return float(verify), repair
+
+
+def _shallow(dp: Any) -> Any:
+    """A shallow copy of a datapoint, as ``MapData`` hands its function."""
+    if type(dp) is list:
+        return dp[:]
+    if isinstance(dp, dict):
+        return dict(dp)
+    return dp
+
+
+def _nbytes(value: Any) -> int:
+    if value is None:
+        return 0
+    if isinstance(value, np.ndarray | np.generic):
+        return int(value.nbytes)
+    if isinstance(value, bytes | bytearray | str):
+        return len(value)
+    if isinstance(value, list | tuple):
+        return 8 + sum(_nbytes(v) for v in value)
+    if isinstance(value, dict):
+        return 8 + sum(_nbytes(k) + _nbytes(v) for k, v in value.items())
+    return 16
+
+
+class SnapshotData(ReaderState, RNGDataFlow):
+    """The outputs ``map_func(ds[i])`` (or ``ds[i]``) of a position-readable ``ds``, stored
+    under ``path`` and read back by position.
+
+    ``ds``: a list or sequence, ``DataFromList``, an LMDB/Numpy/HDF5 flow, a dataset loader,
+    another ``SnapshotData``, or any flow with a ``len()`` (read once, in order, into a list:
+    the cheap part, such as keys or file names). ``map_func``: a *deterministic* function
+    (decoding, a fixed resize); a random one is refused (:class:`NondeterministicError`)
+    with a hint of where the snapshot can go. A ``None`` output is stored as a drop and skipped
+    when iterating, as ``MapData`` skips it (``snap[i]`` gives ``None``).
+
+    ``key``: overrides the digest of the source and ``map_func`` (the folder under ``path``).
+    ``budget``: bytes (or ``"20GB"``) the snapshot may hold; the outputs that cost the most
+    seconds per byte are stored, the rest computed each time (:mod:`dataflow.snapshot.budget`).
+    ``verify``: the fraction of the hits recomputed and compared byte for byte (chosen at random
+    each epoch); a mismatch raises :class:`StaleSnapshotError` naming the index, or with
+    ``verify="repair"`` (or ``("repair", fraction)``) drops the stale snapshot and recomputes.
+    ``compression``: ``None``, ``"lz4"`` or ``"zstd"``. ``on_full``: ``"raise"`` (a full disk
+    ends in an error naming ``path``) or ``"read"`` (a warning, then read on without storing).
+
+    A DataFlow: each ``__iter__`` is one epoch in index order, or with ``shuffle=True`` in a new
+    permutation per epoch derived from ``seed`` (see :mod:`dataflow.rng`); ``state_dict()`` saves
+    the epoch and the position, and a restore continues exactly (also after a ``break``).
+    Picklable: a copy in another process opens its own writer of the same snapshot.
+    """
+
+    #: this flow reads by position in place (``len()`` and ``[i]``): see ``positional()``
+    by_position = True
+
+    def __init__(self, ds: Any, path: str | os.PathLike[str], *,
+                 map_func: Callable[[Any], Any] | None = None, key: str | None = None,
+                 budget: int | str | None = None, verify: float | str = 0.01,
+                 compression: str | None = None, shuffle: bool = False,
+                 seed: int | None = None, on_full: str = "raise") -> None:
+        self._setup(ds, path, map_func, key, budget, verify, compression, shuffle, seed,
+                    on_full)
+        self._ensure_checked()
+
+    def _setup(self, ds: Any, path: str | os.PathLike[str], map_func: Callable[[Any], Any] | None,
+               key: str | None, budget: int | str | None, verify: float | str,
+               compression: str | None, shuffle: bool, seed: int | None, on_full: str) -> None:
+        """The constructor's work, without the randomness test."""
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(f"`path` must be a folder (str or os.PathLike), got "
+                            f"{type(path).__name__} {path!r}; e.g. path='/data/snapshots'.")
+        self.path = os.fspath(path)
+        self.ds = ds
+        self.map_func = None if map_func is None else check_callable(
+            map_func, "map_func", "lambda dp: [decode(dp[0]), dp[1]]")
+        self.budget = parse_budget(budget)
+        self.verify, self.repair = _check_verify(verify)
+        if compression not in (None, "lz4", "zstd"):
+            raise ValueError(f"`compression` must be None, 'lz4' or 'zstd', got "
+                             f"{compression!r}.")
+        if on_full not in ("raise", "read"):
+            raise ValueError(f"`on_full` must be 'raise' or 'read', got {on_full!r}.")
+        self.compression, self.on_full = compression, on_full
+        if key is not None and (not isinstance(key, str) or not key or "/" in key
+                                or key.startswith(".")):
+            raise ValueError(f"`key` must be a non-empty folder name (no '/', not starting "
+                             f"with '.'), got {key!r}; e.g. key='imagenet-decode-v2'.")
+        try:
+            self._size = len(ds)
+        except (NotImplementedError, TypeError):
+            positional(ds)  # raises the clear error of a flow without len()
+            raise
+        self.parts = {**source_parts(ds), **function_parts(map_func)}
+        self.key = key if key is not None else make_key(self.parts)
+        self._init_reader(shuffle, seed)
+        self.shuffle = bool(shuffle)
+        #: where ``dataflow.snapshot`` cut the chain, and why (``None``: built by the user)
+        self.cut: Any = None
+        # the order of a source this snapshot replaced, that many stages below it (see cut.py)
+        self._order_depth: int | None = None
+        self._reader: Any = None
+        self._store: Any = None
+        self._budget = Budget(self.budget)
+        self._verify_rng = np.random.default_rng()
+        self._stats = self._zero_stats()
+        self._checked = map_func is None or self._marker_exists()
+
+    # ---- identity -------------------------------------------------------------------------
+
+    @property
+    def root(self) -> str:
+        """The snapshot's folder, ``path/<key>``."""
+        return os.path.join(self.path, self.key)
+
+    def snapshot_identity(self) -> dict[str, str]:
+        """What a snapshot of this snapshot is keyed by: its own key."""
+        return {"snapshot": self.key}
+
+    def _meta(self) -> dict[str, Any]:
+        return {"key": self.key, "parts": self.parts, "size": self._size,
+                "map_func": None if self.map_func is None else func_name(self.map_func)}
+
+    def explain(self) -> str:
+        """What this snapshot is keyed by, how much of it is stored, and what differs from the
+        other snapshots under ``path`` (the changed parts: code, a constant, a closure value, a
+        global, the source)."""
+        lines = [f"snapshot {self.key} under {self.path!r}: {len(self.parts)} parts "
+                 f"({', '.join(sorted(self.parts))})"]
+        here = os.path.isdir(self.root)
+        lines.append(f"  this one: {'exists' if here else 'not written yet'}")
+        for other, parts in sorted(self._others().items()):
+            diff = explain_change(self.parts, parts)
+            lines.append(f"  {other}: " + ("; ".join(diff) if diff else
+                                           "the same parts (a key given by the user)"))
+        if len(lines) == 2:
+            lines.append("  no other snapshot under this path")
+        return "\n".join(lines)
+
+    def _others(self) -> dict[str, dict[str, str]]:
+        out: dict[str, dict[str, str]] = {}
+        try:
+            names = os.listdir(self.path)
+        except OSError:
+            return out
+        for name in names:
+            if name == self.key:
+                continue
+            try:
+                with open(os.path.join(self.path, name, "meta.json")) as f:
+                    meta = json.load(f)
+            except (OSError, ValueError):
+                continue
+            parts = meta.get("parts") or (meta.get("meta") or {}).get("parts")
+            if isinstance(parts, dict):
+                out[name] = parts
+        return out
+
+    # ---- the randomness test --------------------------------------------------------------
+
+    def _marker_exists(self) -> bool:
+        return os.path.exists(os.path.join(self.root, CHECKED))
+
+    def _ensure_checked(self, tested: bool = False) -> None:
+        """Run the randomness test once per snapshot (a file in its folder says it passed);
+        ``tested``: the caller ran it."""
+        if self._checked:
+            return
+        n = 0
+        if not tested:
+            reader = self._source()
+            n = min(CHECK_INPUTS, len(reader))
+            inputs = [reader.get(i) for i in range(n)]
+            check_deterministic(self.map_func, inputs)  # type: ignore[arg-type]
+        os.makedirs(self.root, exist_ok=True)
+        tmp = os.path.join(self.root, f".{CHECKED}.{os.getpid()}")
+        with open(tmp, "w") as f:
+            json.dump({"map_func": func_name(self.map_func), "inputs": n}, f)
+        os.replace(tmp, os.path.join(self.root, CHECKED))
+        self._checked = True
+
+    # ---- by position ----------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._size
+
+    def _source(self) -> Any:
+        if self._reader is None:
+            self._reader = positional(self.ds)
+        return self._reader
+
+    def _open(self) -> Any:
+        if self._store is None:
+            from dataflow.snapshot.store import SnapshotStore
+
+            self._store = SnapshotStore(self.root, self._size, compression=self.compression,
+                                        on_full=self.on_full, meta=self._meta())
+        return self._store
+
+    def _compute(self, i: int) -> Any:
+        dp = self._source().get(i)
+        return dp if self.map_func is None else self.map_func(_shallow(dp))
+
+    def __getitem__(self, i: int) -> Any:
+        if isinstance(i, bool) or not isinstance(i, int | np.integer):
+            raise TypeError(f"SnapshotData indices are ints, got {type(i).__name__} {i!r}.")
+        n = self._size
+        if not -n <= i < n:
+            raise IndexError(f"SnapshotData index {i} out of range for {n} datapoints.")
+        return self._value(int(i) % n)
+
+    def _value(self, i: int) -> Any:
+        store = self._open()
+        found, value = store.get(i)
+        stats = self._stats
+        if found:
+            stats["hits"] += 1
+            stats["bytes_read"] += _nbytes(value)
+            if self.verify and self._verify_rng.random() < self.verify:
+                return self._verify(i, value)
+            return value
+        stats["misses"] += 1
+        start = time.perf_counter()
+        value = self._compute(i)
+        seconds = time.perf_counter() - start
+        stats["compute_seconds"] += seconds
+        if self._budget.place(store, i, self._record_bytes(i, value), seconds):
+            stats["bytes_stored"] += store.put(i, value, cost=seconds)
+        return value
+
+    def _record_bytes(self, i: int, value: Any) -> int:
+        """The bytes a record of ``value`` takes on disk (uncompressed): only under a budget."""
+        if self.budget is None:
+            return 0
+        from dataflow.snapshot import codec
+
+        _parts, raw_len = codec.encode(value, i)
+        return codec.ALIGN + codec.align(raw_len)
+
+    def _verify(self, i: int, stored: Any) -> Any:
+        fresh = self._compute(i)
+        if fingerprint(fresh) == fingerprint(stored):
+            self._stats["verified"] += 1
+            return stored
+        self._stats["verify_failed"] += 1
+        if self.map_func is not None:
+            check_deterministic(self.map_func, [self._source().get(i)])
+        if not self.repair:
+            raise StaleSnapshotError(
+                f"snapshot {self.root!r}: the stored output at index {i} differs from what "
+                f"`map_func` {func_name(self.map_func) if self.map_func else '(none)'} computes "
+                "now: the snapshot is stale (a change the key did not catch, e.g. a file read "
+                "inside map_func). Remove the folder, pass another key=, or "
+                "verify='repair' to drop it and recompute.")
+        logger.warning("snapshot %s: index %d is stale; dropping the snapshot and recomputing",
+                       self.root, i)
+        store = self._open()
+        store.drop()
+        self._stats["repaired"] += 1
+        self._stats["bytes_stored"] += store.put(i, fresh)
+        return fresh
+
+    # ---- DataFlow -------------------------------------------------------------------------
+
+    def children(self) -> list[DataFlow]:
+        return [self.ds] if isinstance(self.ds, DataFlow) else []
+
+    def reset_state(self) -> None:
+        super().reset_state()
+        depth = self._order_depth
+        if depth is not None:  # the order of the source this snapshot replaced
+            self._seed_seq = stage_sequence(self.seed, (*path_of(self), *(0,) * depth))
+            self._stream = derive_rng(self._seed_seq)
+        self._verify_rng = np.random.default_rng()
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._run(*self._begin_epoch())
+
+    def _run(self, token: object, epoch: int, start: int) -> Iterator[Any]:
+        with self._guard:
+            n = self._size
+            order = (self._epoch_rng(epoch).permutation(n).tolist() if self._shuffle
+                     else range(n))
+            value = self._value
+            for p in range(start, n):
+                out = value(order[p])
+                self._pos = p + 1
+                if out is not None:
+                    yield out
+            self._end(token)
+
+    def close(self) -> None:
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
+        reader, self._reader = self._reader, None
+        close = getattr(reader, "close", None)
+        if callable(close):
+            close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.update(_store=None, _reader=None, _stats=self._zero_stats())
+        state.pop("_probe", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._verify_rng = np.random.default_rng()
+
+    # ---- counters -------------------------------------------------------------------------
+
+    @staticmethod
+    def _zero_stats() -> dict[str, Any]:
+        return {"hits": 0, "misses": 0, "bytes_stored": 0, "bytes_read": 0, "verified": 0,
+                "verify_failed": 0, "repaired": 0, "compute_seconds": 0.0}
+
+    def stats(self) -> dict[str, Any]:
+        """This process's counters: ``hits``, ``misses``, ``bytes_stored``, ``bytes_read``
+        (the outputs' bytes), ``verified`` / ``verify_failed`` / ``repaired``,
+        ``compute_seconds`` (in ``map_func`` and the source, on misses), ``evicted`` /
+        ``refused`` (under a budget), and the snapshot's ``stored`` count and ``size``."""
+        out = dict(self._stats)
+        out.update(evicted=self._budget.evicted, refused=self._budget.refused,
+                   size=self._size, key=self.key)
+        if self._store is not None:
+            out["stored"] = self._store.stored()
+            out["store"] = self._store.stats()
+        return out
+
+    def profile_metrics(self) -> dict[str, float]:
+        """The counters :func:`dataflow.profile` prints under its table."""
+        s = self._stats
+        total = s["hits"] + s["misses"]
+        return {"snapshot hits": float(s["hits"]), "snapshot misses": float(s["misses"]),
+                "snapshot hit rate": s["hits"] / total if total else 0.0,
+                "snapshot MB stored": s["bytes_stored"] / 1e6,
+                "snapshot MB read": s["bytes_read"] / 1e6,
+                "snapshot verified": float(s["verified"]),
+                "snapshot verify failed": float(s["verify_failed"])}
+
+
+NondeterministicError = NondeterministicError  # (re-exported: the error a random map raises)
