@@ -41,3 +41,13 @@ def augment(dp):
     if np.random.random() < 0.5:
         image = image[:, ::-1]
     return [image.astype(np.int16) + np.random.randint(0, 3), dp[1]]
+
+
+def kept(n: int) -> list[list]:
+    """Records that ``decode`` keeps (none dropped): a service maps every position."""
+    return [r for r in records(n) if r[0] % 7 != 6]
+
+
+def decode_then_augment(dp):
+    """The uncached pipeline: both parts in one map."""
+    return augment(decode(dp))
