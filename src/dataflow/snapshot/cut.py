@@ -24,6 +24,7 @@ from typing import Any
 
 from dataflow.base import DataFlow
 from dataflow.parallel._mapper import MapperBase
+from dataflow.profiler import public_name
 from dataflow.snapshot.data import SnapshotData, _shallow
 from dataflow.snapshot.determinism import (
     CHECK_INPUTS,
@@ -171,9 +172,8 @@ def snapshot(ds: DataFlow, path: str | os.PathLike[str], **kwargs: Any) -> DataF
     snap._ensure_checked(tested=True)  # (the test above passed: the snapshot needs no other)
     if shuffled:  # the source's order: its seed, at its place in the original chain
         snap._order_depth = len(stored)
-    names = [f"{type(st).__name__}({func_name(func)})" for st, (func, _) in zip(stored, steps)]
-    cut = Cut([type(source).__name__, *names], [type(s).__name__ for s in reversed(above)],
-              reason)
+    names = [f"{public_name(st)}({func_name(func)})" for st, (func, _) in zip(stored, steps)]
+    cut = Cut([public_name(source), *names], [public_name(s) for s in reversed(above)], reason)
     snap.cut = cut
     logger.info("dataflow.snapshot under %s: %s", snap.root, cut)
     if not above:
