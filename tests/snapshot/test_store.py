@@ -240,3 +240,15 @@ def test_discard_forgets_a_record_in_every_process(tmp_path):
         assert a.get(0) == (True, "new")
     with SnapshotStore(tmp_path / "k", 3) as c:  # a later process: the tombstone holds
         assert c.get(0) == (True, "new") and c.stored() == 1
+
+
+def test_a_writer_whose_shard_another_process_dropped_starts_a_new_one(tmp_path):
+    with SnapshotStore(tmp_path / "k", 3) as a, SnapshotStore(tmp_path / "k", 3) as b:
+        a.put(0, "old")
+        b.drop()
+        a.refresh()
+        assert a.stored() == 0
+        a.put(0, "new")
+        b.refresh()
+        assert b.get(0) == (True, "new") and a.get(0) == (True, "new")
+    assert sum(n.endswith(".shard") for n in os.listdir(tmp_path / "k")) == 1

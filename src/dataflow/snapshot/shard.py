@@ -1,4 +1,5 @@
-"""The snapshot's shard files: append-only records, each with its checksums, and a sealed index.
+"""The files of a snapshot's directory: ``meta.json`` and the shards (append-only records, each
+with its checksums, and a sealed index).
 
 A shard has one writer (one process), which only appends; any process reads it. A record::
 
@@ -24,7 +25,9 @@ shard (its writer alive, or killed) is walked from where the last walk stopped.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import json
 import mmap
 import os
 import secrets
@@ -35,12 +38,16 @@ from typing import Any
 
 import numpy as np
 
+from dataflow._version import __version__
 from dataflow.serialize._atomic_write import atomic_output
 from dataflow.snapshot.codec import ALIGN, align
 
-__all__ = ["ENTRY", "HEADER", "KIND_RECORD", "KIND_TOMBSTONE", "ShardReader", "ShardWriter",
-           "header_bytes", "header_ok", "is_full_error", "shard_names"]
+__all__ = ["ENTRY", "FORMAT_VERSION", "HEADER", "KIND_RECORD", "KIND_TOMBSTONE", "ShardReader",
+           "ShardWriter", "header_bytes", "header_ok", "is_full_error", "meta_dict", "open_meta",
+           "shard_names"]
 
+FORMAT_VERSION = 1
+META = "meta.json"
 MAGIC = b"DFS1"
 INDEX_MAGIC = b"DFSI"
 INDEX_VERSION = 1
@@ -246,6 +253,24 @@ class ShardReader:
         self.walked = pos
         return np.array(entries, dtype=ENTRY), problems
 
+    def check(self, off: int, size: int, i: int) -> str:
+        """What is wrong with the record of index ``i`` at ``off``, ``size`` bytes on disk
+        ('' if nothing): the file cut short before its end, its header or payload checksum."""
+        if off + size > self.mapped or off + size > self.size_on_disk():
+            return "the shard is cut short before the record's end"
+        mm = self.mm
+        if not header_ok(mm, off):
+            return "its header fails its checksum"
+        _, kind, cd, _, index, plen, _, _, crc, _ = HEADER.unpack_from(mm, off)
+        if index != i or kind != KIND_RECORD or cd not in (0, 1, 2):
+            return f"its header says index {index}, kind {kind}, codec {cd}"
+        if ALIGN + align(plen) != size:
+            return "its length does not match the index"
+        with memoryview(mm) as view:
+            if zlib.crc32(view[off + ALIGN: off + ALIGN + plen]) != crc:
+                return "its payload fails its checksum"
+        return ""
+
     def tombstone_target(self, offset: int) -> tuple[str, int] | None:
         """The (shard name, offset) that the tombstone at ``offset`` names."""
         if (self.mm is None or offset + ALIGN > self.mapped) and not self.remap():
@@ -265,6 +290,58 @@ class ShardReader:
                 mm.close()
             except BufferError:  # arrays still look at it; it closes when they are gone
                 pass
+
+
+def meta_dict(size: int, meta: dict | None) -> dict[str, Any]:
+    """What ``meta.json`` holds."""
+    return {"format": FORMAT_VERSION, "size": size, "library": __version__,
+            "meta": {} if meta is None else meta}
+
+
+def open_meta(root: str, size: int, meta: dict | None) -> dict[str, Any]:
+    """The ``meta.json`` of the snapshot in ``root``, written first if there is none (atomic:
+    the first process to link its complete file wins, the others read it); a ValueError if it
+    is not a snapshot of ``size`` indices in this format."""
+    path = os.path.join(root, META)
+    if not os.path.exists(path):
+        try:
+            body = json.dumps(meta_dict(size, meta), sort_keys=True, indent=1)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"SnapshotStore: `meta` must be a dict of JSON values, got {meta!r} "
+                            f"({e})") from None
+        tmp = os.path.join(root, f".{META}.tmp-{secrets.token_hex(6)}")
+        try:
+            with open(tmp, "w") as f:
+                f.write(body)
+                f.flush()
+                os.fsync(f.fileno())
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass
+            except OSError as e:  # a file system without hard links
+                if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                    raise
+                os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(tmp)
+    try:
+        with open(path) as f:
+            info = json.load(f)
+        fmt, stored = info["format"], info["size"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"SnapshotStore: {path!r} is not a snapshot's meta.json ({e}); remove "
+                         f"the directory `root` {root!r} or give another.") from e
+    if fmt != FORMAT_VERSION:
+        raise ValueError(f"SnapshotStore: the snapshot in `root` {root!r} has format {fmt!r}, "
+                         f"this library reads {FORMAT_VERSION}; remove it (it will be written "
+                         "again) or give another path.")
+    if stored != size:
+        raise ValueError(f"SnapshotStore: the snapshot in `root` {root!r} has {stored} indices, "
+                         f"not `size`={size}; it belongs to another dataset: give another "
+                         "path, or remove it.")
+    return info
 
 
 def _next_header(mm: Any, pos: int, end: int) -> int:

@@ -24,11 +24,8 @@ into memory of its own first.
 from __future__ import annotations
 
 import contextlib
-import errno
-import json
 import logging
 import os
-import secrets
 import threading
 import time
 import warnings
@@ -37,10 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from dataflow._version import __version__
 from dataflow.errors import DataFlowError
 from dataflow.snapshot import codec
+from dataflow.snapshot.locations import Locations
 from dataflow.snapshot.shard import (
+    FORMAT_VERSION,
     HEADER,
     INDEX_SUFFIX,
     KIND_RECORD,
@@ -49,8 +47,9 @@ from dataflow.snapshot.shard import (
     ShardReader,
     ShardWriter,
     header_bytes,
-    header_ok,
     is_full_error,
+    meta_dict,
+    open_meta,
     shard_names,
 )
 
@@ -58,8 +57,6 @@ __all__ = ["FORMAT_VERSION", "SnapshotFullError", "SnapshotFullWarning", "Snapsh
 
 logger = logging.getLogger("dataflow")
 
-FORMAT_VERSION = 1
-META = "meta.json"
 #: a writer starts a new shard once its current one holds this many bytes
 DEFAULT_SHARD_BYTES = 1 << 30
 #: a miss looks for what other processes wrote at most this often (seconds)
@@ -128,12 +125,12 @@ class SnapshotStore:
         self._last_refresh = 0.0
         try:
             os.makedirs(self.root, exist_ok=True)
-            self.info = self._open_meta(meta)
+            self.info = open_meta(self.root, self._size, meta)
         except OSError as e:
             if not is_full_error(e) or self._on_full == "raise":
                 raise self._write_error(e) from e
             self._disk_full(e)
-            self.info = self._meta_dict(meta)
+            self.info = meta_dict(self._size, meta)
         self.refresh()
 
     # -- reading -----------------------------------------------------------------------------
@@ -143,34 +140,32 @@ class SnapshotStore:
 
     def get(self, i: int) -> tuple[bool, Any]:
         """``(True, value)`` if index ``i`` is stored, else ``(False, None)``. A record that
-        fails its checks is reported, forgotten and answered ``(False, None)``."""
+        fails its checks is reported, forgotten and answered ``(False, None)`` (or, if another
+        writer stored the index too, read from that copy)."""
         if not 0 <= i < self._size:
             raise IndexError(f"SnapshotStore.get: index {i!r} is out of range(0, {self._size})")
-        sid = self._sid[i]
+        loc = self._loc
+        sid = loc.sid[i]
         if sid < 0:
             if self._closed:
                 raise self._closed_error()
             if time.monotonic() - self._last_refresh >= MISS_REFRESH_S:
                 self.refresh()
-                sid = self._sid[i]
+                loc = self._loc
+                sid = loc.sid[i]
             if sid < 0:
                 self._counts["misses"] += 1
                 return False, None
         shard = self._shards[sid]
-        off = int(self._off[i])
-        if off + int(self._rsize[i]) > shard.mapped:
-            with self._lock:
-                if self._closed:
-                    raise self._closed_error()
-                shard.remap()
-            if off + int(self._rsize[i]) > shard.mapped:
-                return self._corrupt(i, "the shard is cut short before the record's end")
-        mm = shard.mm
-        if not self._checked[i]:
-            problem = self._check(mm, off, i)
+        off = int(loc.off[i])
+        if not loc.checked[i]:  # the first read of this record in this process
+            problem = self._check(shard, off, i)
             if problem:
                 return self._corrupt(i, problem)
-            self._checked[i] = True
+            loc.checked[i] = True
+        elif off + int(loc.rsize[i]) > shard.mapped:  # our own shard, grown since mapped
+            self._remap(shard)
+        mm = shard.mm
         _, _, cd, _, _, plen, raw_len, _, _, _ = HEADER.unpack_from(mm, off)
         try:
             if cd:
@@ -178,7 +173,7 @@ class SnapshotStore:
                 value = codec.decode(codec.decompress(cd, mm[start: start + plen], raw_len))
             else:
                 value = codec.decode(mm, off + _ALIGN)
-        except (ValueError, TypeError, IndexError, UnicodeDecodeError) as e:
+        except Exception as e:  # a record that passed its checksums but does not decode
             return self._corrupt(i, f"it does not decode ({type(e).__name__}: {e})")
         counts = self._counts
         counts["hits"] += 1
@@ -186,28 +181,26 @@ class SnapshotStore:
         return True, value
 
     def has(self, i: int) -> bool:
-        return bool(self._sid[i] >= 0)
+        return bool(self._loc.sid[i] >= 0)
 
     def stored(self) -> int:
         """How many indices are stored."""
-        return self._n
+        return self._loc.n
 
     def complete(self) -> bool:
-        return self._n == self._size
+        return self._loc.n == self._size
 
     def nbytes(self) -> int:
         """Bytes on disk of the stored records."""
-        return int(self._rsize[self._sid >= 0].sum())
+        return self._loc.nbytes()
 
     def costs(self) -> dict[int, tuple[float, int]]:
         """Index -> (seconds it took to compute, bytes on disk) of every stored record."""
-        idx = np.flatnonzero(self._sid >= 0)
-        return dict(zip(idx.tolist(), zip(self._cost[idx].tolist(), self._rsize[idx].tolist(),
-                                          strict=True), strict=True))
+        return self._loc.costs()
 
     def stats(self) -> dict[str, int]:
         """records, bytes_written, bytes_read, hits, misses, corrupted, shards."""
-        return {"records": self._n, **self._counts,
+        return {"records": self._loc.n, **self._counts,
                 "shards": sum(s is not None for s in self._shards)}
 
     def refresh(self) -> None:
@@ -222,14 +215,19 @@ class SnapshotStore:
             for sid, shard in enumerate(self._shards):
                 if shard is None:
                     continue
-                if shard.name not in present:
-                    self._lose_shard(sid)
+                if shard.name not in present:  # deleted by drop() in some process
+                    if sid == self._own and self._writer is not None:
+                        self._writer.abandon()  # the next record starts a new shard
+                        self._writer, self._own = None, -1
+                    self._loc.lose_shard(sid)
+                    shard.close()
+                    self._shards[sid] = None
                 elif sid != self._own and not shard.sealed:
                     sealed = os.path.exists(shard.path[: -len(SUFFIX)] + INDEX_SUFFIX)
                     self._add(sid, *shard.walk())
                     shard.sealed = sealed
             for name in names:
-                if name not in self._by_name:
+                if name not in self._loc.by_name:
                     sid, new = self._new_reader(name)
                     got = new.load_index()
                     self._add(sid, *(got if got is not None else new.walk()))
@@ -244,7 +242,7 @@ class SnapshotStore:
             raise IndexError(f"SnapshotStore.put: index {i!r} is out of range(0, {self._size})")
         if self._closed:
             raise self._closed_error()
-        if self._sid[i] >= 0 or self._full:
+        if self._loc.sid[i] >= 0 or self._full:
             return 0
         parts, raw_len = codec.encode(value, int(i))
         if self._codec:
@@ -264,16 +262,14 @@ class SnapshotStore:
         """Forget the record of index ``i`` (it will be recomputed), here and, through a
         tombstone in this process's shard, in every process that refreshes."""
         with self._lock:
-            sid = int(self._sid[i])
-            if sid < 0:
+            if self._loc.sid[i] < 0:
                 return
-            name, off = self._shards[sid].name, int(self._off[i])  # type: ignore[union-attr]
+            name, off = self._loc.where(i)
             target = f"{name}\n{off}".encode()
             head = header_bytes(KIND_TOMBSTONE, 0, int(i), len(target), len(target), 0.0,
                                 zlib.crc32(target))
             pad = bytes(codec.align(len(target)) - len(target))
-            self._dead.add((name, off))
-            self._forget(int(i))
+            self._loc.kill(int(i))
             if not self._full:
                 self._append(int(i), head, [target, pad], _ALIGN + len(target) + len(pad), 0.0,
                              KIND_TOMBSTONE)
@@ -338,172 +334,48 @@ class SnapshotStore:
         self.__init__(**state)  # type: ignore[misc]
 
     def __repr__(self) -> str:
-        return f"SnapshotStore({self.root!r}, size={self._size}, stored={self._n})"
+        return f"SnapshotStore({self.root!r}, size={self._size}, stored={self._loc.n})"
 
     # -- internals ---------------------------------------------------------------------------
 
     def _reset_index(self) -> None:
-        n = self._size
-        self._shards: list[ShardReader | None] = []
-        self._by_name: dict[str, int] = {}
-        self._sid = np.full(n, -1, np.int32)
-        self._off = np.zeros(n, np.int64)
-        self._rsize = np.zeros(n, np.int64)
-        self._cost = np.zeros(n, np.float64)
-        self._checked = np.zeros(n, np.bool_)
-        self._n = 0
+        self._shards: list[ShardReader | None] = []  # by shard number, as in self._loc
+        self._loc = Locations(self._size)
         self._own = -1
-        self._alt: dict[int, list[tuple[int, int, int, float]]] = {}
-        self._dead: set[tuple[str, int]] = set()
-
-    def _meta_dict(self, meta: dict | None) -> dict[str, Any]:
-        return {"format": FORMAT_VERSION, "size": self._size, "library": __version__,
-                "meta": {} if meta is None else meta}
-
-    def _open_meta(self, meta: dict | None) -> dict[str, Any]:
-        path = os.path.join(self.root, META)
-        if not os.path.exists(path):
-            try:
-                body = json.dumps(self._meta_dict(meta), sort_keys=True, indent=1)
-            except (TypeError, ValueError) as e:
-                raise TypeError(f"SnapshotStore: `meta` must be a dict of JSON values, got "
-                                f"{meta!r} ({e})") from None
-            tmp = os.path.join(self.root, f".{META}.tmp-{secrets.token_hex(6)}")
-            try:
-                with open(tmp, "w") as f:
-                    f.write(body)
-                    f.flush()
-                    os.fsync(f.fileno())
-                try:  # the first process to link its file wins; the others read it
-                    os.link(tmp, path)
-                except FileExistsError:
-                    pass
-                except OSError as e:
-                    if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
-                        raise
-                    os.replace(tmp, path)
-            finally:
-                with contextlib.suppress(FileNotFoundError):
-                    os.remove(tmp)
-        try:
-            with open(path) as f:
-                info = json.load(f)
-            fmt, size = info["format"], info["size"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"SnapshotStore: {path!r} is not a snapshot's meta.json ({e}); "
-                             f"remove the directory `root` {self.root!r} or give another.") from e
-        if fmt != FORMAT_VERSION:
-            raise ValueError(f"SnapshotStore: the snapshot in `root` {self.root!r} has format "
-                             f"{fmt!r}, this library reads {FORMAT_VERSION}; remove it (it will "
-                             "be written again) or give another path.")
-        if size != self._size:
-            raise ValueError(f"SnapshotStore: the snapshot in `root` {self.root!r} has "
-                             f"{size} indices, not `size`={self._size}; it belongs to another "
-                             "dataset: give another path, or remove it.")
-        return info
 
     def _new_reader(self, name: str) -> tuple[int, ShardReader]:
         shard = ShardReader(self.root, name)
         self._shards.append(shard)
-        sid = self._by_name[name] = len(self._shards) - 1
-        return sid, shard
+        return self._loc.add_shard(name), shard
 
     def _add(self, sid: int, table: np.ndarray, problems: list[str]) -> None:
-        """Index the entries of shard ``sid`` (an ``ENTRY`` table), first come first kept."""
-        name = self._shards[sid].name  # type: ignore[union-attr]
-        for p in problems:
-            self._report(name, p)
-        if not len(table):
-            return
-        bad = (table["index"] < 0) | (table["index"] >= self._size)
-        for e in table[bad]:
-            self._report(name, f"record at byte {int(e['offset'])}: index {int(e['index'])} "
-                         f"is out of range(0, {self._size})")
-        table = table[~bad]
-        simple = not (table["kind"] != KIND_RECORD).any() and not any(
-            n == name for n, _ in self._dead)
-        if simple:  # the common case, at NumPy speed: records of indices not yet stored
-            idx = table["index"]
-            _, first = np.unique(idx, return_index=True)
-            take = np.zeros(len(table), bool)
-            take[first] = True
-            take &= self._sid[idx] < 0
-            new = table[take]
-            self._sid[new["index"]] = sid
-            self._off[new["index"]] = new["offset"]
-            self._rsize[new["index"]] = new["size"]
-            self._cost[new["index"]] = new["cost"]
-            self._n += len(new)
-            table = table[~take]
-        for i, off, size, cost, kind in table.tolist():
-            if kind == KIND_TOMBSTONE:
-                target = self._shards[sid].tombstone_target(off)  # type: ignore[union-attr]
-                if target is not None:
-                    self._tombstone(i, *target)
-            elif (name, off) not in self._dead:
-                self._index(i, sid, off, size, cost)
-
-    def _index(self, i: int, sid: int, off: int, size: int, cost: float) -> None:
-        if self._sid[i] < 0:
-            self._sid[i], self._off[i], self._rsize[i], self._cost[i] = sid, off, size, cost
-            self._n += 1
-        elif (int(self._sid[i]), int(self._off[i])) != (sid, off):
-            self._alt.setdefault(i, []).append((sid, off, size, cost))
-
-    def _forget(self, i: int) -> None:
-        """Drop the record indexed at ``i``; another copy of it (from another writer), if any,
-        takes its place."""
-        self._sid[i] = -1
-        self._checked[i] = False
-        self._n -= 1
-        for sid, off, size, cost in self._alt.pop(i, []):
-            shard = self._shards[sid]
-            if shard is not None and (shard.name, off) not in self._dead:
-                self._index(i, sid, off, size, cost)
-
-    def _tombstone(self, i: int, name: str, off: int) -> None:
-        self._dead.add((name, off))
-        sid = self._by_name.get(name)
-        if sid is not None and 0 <= i < self._size:
-            if int(self._sid[i]) == sid and int(self._off[i]) == off:
-                self._forget(i)
-            elif i in self._alt:
-                self._alt[i] = [a for a in self._alt[i] if (a[0], a[1]) != (sid, off)]
-
-    def _lose_shard(self, sid: int) -> None:
-        """A shard removed from disk (by drop() in some process): forget its records."""
-        for i in np.flatnonzero(self._sid == sid).tolist():
-            self._forget(i)
-        for i in list(self._alt):
-            self._alt[i] = [a for a in self._alt[i] if a[0] != sid]
         shard = self._shards[sid]
         assert shard is not None
-        del self._by_name[shard.name]
-        shard.close()
-        self._shards[sid] = None
+        for p in problems + self._loc.add(sid, table, shard.tombstone_target):
+            self._report(shard.name, p)
 
-    def _check(self, mm: Any, off: int, i: int) -> str:
-        """What is wrong with the record at ``off`` for index ``i`` ('' if nothing)."""
-        if not header_ok(mm, off):
-            return "its header fails its checksum"
-        _, kind, cd, _, index, plen, _, _, crc, _ = HEADER.unpack_from(mm, off)
-        if index != i or kind != KIND_RECORD or cd not in (0, 1, 2):
-            return f"its header says index {index}, kind {kind}, codec {cd}"
-        if _ALIGN + codec.align(plen) != int(self._rsize[i]):
-            return "its length does not match the index"
-        with memoryview(mm) as view:
-            if zlib.crc32(view[off + _ALIGN: off + _ALIGN + plen]) != crc:
-                return "its payload fails its checksum"
-        return ""
+    def _remap(self, shard: ShardReader) -> None:
+        with self._lock:
+            if self._closed:
+                raise self._closed_error()
+            shard.remap()
+
+    def _check(self, shard: ShardReader | None, off: int, i: int) -> str:
+        assert shard is not None
+        end = off + int(self._loc.rsize[i])
+        if end > shard.mapped and shard.size_on_disk() >= end:
+            self._remap(shard)
+        return shard.check(off, int(self._loc.rsize[i]), i)
 
     def _corrupt(self, i: int, problem: str) -> tuple[bool, Any]:
         with self._lock:
-            sid = int(self._sid[i])
-            if sid >= 0:
-                name = self._shards[sid].name  # type: ignore[union-attr]
-                self._report(name, f"record of index {i} at byte {int(self._off[i])}: {problem}")
-                self._dead.add((name, int(self._off[i])))
-                self._forget(i)
+            loc = self._loc
+            if loc.sid[i] >= 0:
+                name, off = loc.where(i)
+                self._report(name, f"record of index {i} at byte {off}: {problem}")
+                loc.kill(i)
+        if self._loc.sid[i] >= 0:  # another writer's copy
+            return self.get(i)
         self._counts["misses"] += 1
         return False, None
 
@@ -529,7 +401,7 @@ class SnapshotStore:
             self._after_fork()
             if self._closed:
                 raise self._closed_error()
-            if self._full or (kind == KIND_RECORD and self._sid[i] >= 0):
+            if self._full or (kind == KIND_RECORD and self._loc.sid[i] >= 0):
                 return 0
             try:
                 if self._writer is None:
@@ -544,8 +416,8 @@ class SnapshotStore:
                 self._disk_full(e)
                 return 0
             if kind == KIND_RECORD:
-                self._index(i, self._own, off, size, cost)
-                self._checked[i] = True
+                self._loc.index(i, self._own, off, size, cost)
+                self._loc.checked[i] = True
             self._counts["bytes_written"] += size
             if w.offset >= self._shard_bytes:
                 self._roll()
@@ -569,7 +441,7 @@ class SnapshotStore:
         self._full = True
         warnings.warn(
             f"SnapshotStore: the disk under `path` {self.root!r} is full ({e.strerror}); the "
-            f"snapshot stores nothing more and reads on ({self._n} of {self._size} indices "
+            f"snapshot stores nothing more and reads on ({self._loc.n} of {self._size} indices "
             "stored). Free space, or give a path on a larger disk, or a budget.",
             SnapshotFullWarning, stacklevel=4)
 
@@ -577,7 +449,7 @@ class SnapshotStore:
         if is_full_error(e):
             return SnapshotFullError(
                 e.errno, f"SnapshotStore: the disk under `path` {self.root!r} is full "
-                f"({e.strerror}) after {self._n} of {self._size} indices were stored; free "
+                f"({e.strerror}) after {self._loc.n} of {self._size} indices were stored; free "
                 "space, give a path on a larger disk or a budget, or pass on_full='read' to read "
                 "on without storing more", self.root)
         return OSError(e.errno, f"SnapshotStore: cannot write the snapshot at `path` "
