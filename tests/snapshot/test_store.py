@@ -126,17 +126,22 @@ def test_reads_are_aligned_read_only_views_of_a_memory_map(tmp_path):
 def test_compressed_records_round_trip_and_are_smaller(tmp_path):
     img = np.zeros((64, 64, 3), np.uint8)
     img[10:20] = 200
+    noise = np.random.default_rng(0).integers(0, 256, 5000, dtype=np.uint8)
     sizes = {}
     for comp in (None, "lz4", "zstd"):
-        with SnapshotStore(tmp_path / str(comp), 2, compression=comp) as store:
-            sizes[comp] = store.put(0, [img, 3])
-            store.put(1, None)
-        with SnapshotStore(tmp_path / str(comp), 2) as store:  # the codec is in each record
+        with SnapshotStore(tmp_path / str(comp), 3, compression=comp) as store:
+            sizes[comp] = (store.put(0, [img, 3]), store.put(1, None), store.put(2, noise))
+        with SnapshotStore(tmp_path / str(comp), 3) as store:  # the codec is in each record
             ok, (got, label) = store.get(0)
             assert ok and label == 3 and got.dtype == np.uint8
             assert np.array_equal(got, img) and not got.flags.writeable
+            assert (_base_mmap(got) is None) == (comp is not None)
             assert store.get(1) == (True, None)
-    assert sizes[None] == 64 + 64 + 12288 and sizes["lz4"] < 1000 and sizes["zstd"] < 1000
+            ok, got = store.get(2)  # noise does not compress: stored as it is, read in place
+            assert np.array_equal(got, noise) and isinstance(_base_mmap(got), mmap.mmap)
+    assert sizes[None] == (64 + 64 + 12288, 128, 64 + 64 + 5056)
+    assert sizes["lz4"][0] < 1000 and sizes["zstd"][0] < 1000
+    assert sizes["lz4"][2] == sizes["zstd"][2] == sizes[None][2]
 
 
 def test_a_missing_compressor_names_the_extra(tmp_path, monkeypatch):

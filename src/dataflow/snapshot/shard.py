@@ -87,13 +87,17 @@ def is_full_error(e: BaseException) -> bool:
     return isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
-def shard_names(root: str) -> list[str]:
-    """The shard files in ``root`` (temporary files start with a dot and are not listed)."""
+def shard_names(root: str) -> tuple[list[str], set[str]]:
+    """The shard files in ``root``, and those of them that are sealed (have an index file).
+    Temporary files start with a dot and are not listed."""
     try:
         names = os.listdir(root)
     except FileNotFoundError:
-        return []
-    return sorted(n for n in names if n.endswith(SUFFIX) and not n.startswith("."))
+        return [], set()
+    shards = sorted(n for n in names if n.endswith(SUFFIX) and not n.startswith("."))
+    sealed = {n[: -len(INDEX_SUFFIX)] + SUFFIX for n in names
+              if n.endswith(INDEX_SUFFIX) and not n.startswith(".")}
+    return shards, sealed
 
 
 def _write_all(fd: int, parts: Sequence[Any]) -> None:

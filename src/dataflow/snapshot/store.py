@@ -17,8 +17,9 @@ that names the path), or with ``on_full="read"`` warns once (:class:`SnapshotFul
 stores nothing more; the record being written is cut off, so the snapshot stays valid.
 
 Reads are zero-copy: arrays come back as read-only views of the shard's memory map (aligned to
-64 bytes), except with ``compression="lz4"`` or ``"zstd"``, where the payload is decompressed
-into memory of its own first.
+64 bytes), except for records compressed (``compression="lz4"`` or ``"zstd"``), whose payload is
+decompressed into memory of its own first. A record that compression would not make at least
+10% smaller is stored uncompressed.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ logger = logging.getLogger("dataflow")
 DEFAULT_SHARD_BYTES = 1 << 30
 #: a miss looks for what other processes wrote at most this often (seconds)
 MISS_REFRESH_S = 1.0
+#: a record is stored compressed only if that makes it at most this fraction of its size;
+#: otherwise (decoded photos, noise) it is stored as it is, and read back without a copy
+COMPRESSED_AT_MOST = 0.9
 _ALIGN = codec.ALIGN
 
 
@@ -210,7 +214,7 @@ class SnapshotStore:
             if self._closed:
                 raise self._closed_error()
             self._after_fork()
-            names = shard_names(self.root)
+            names, sealed = shard_names(self.root)
             present = set(names)
             for sid, shard in enumerate(self._shards):
                 if shard is None:
@@ -223,9 +227,10 @@ class SnapshotStore:
                     shard.close()
                     self._shards[sid] = None
                 elif sid != self._own and not shard.sealed:
-                    sealed = os.path.exists(shard.path[: -len(SUFFIX)] + INDEX_SUFFIX)
-                    self._add(sid, *shard.walk())
-                    shard.sealed = sealed
+                    done = shard.name in sealed  # its writer has sealed it: walk it one last time
+                    if done or shard.size_on_disk() >= shard.walked + _ALIGN:
+                        self._add(sid, *shard.walk())
+                    shard.sealed = done
             for name in names:
                 if name not in self._loc.by_name:
                     sid, new = self._new_reader(name)
@@ -245,17 +250,19 @@ class SnapshotStore:
         if self._loc.sid[i] >= 0 or self._full:
             return 0
         parts, raw_len = codec.encode(value, int(i))
+        cd, plen = 0, raw_len
         if self._codec:
-            parts = [codec.compress(self._codec, b"".join(parts))]
+            packed = codec.compress(self._codec, b"".join(parts))
+            if len(packed) <= COMPRESSED_AT_MOST * raw_len:
+                cd, plen, parts = self._codec, len(packed), [packed]
         crc = 0
         for p in parts:
             crc = zlib.crc32(p, crc)
-        plen = len(parts[0]) if self._codec else raw_len
         pad = codec.align(plen) - plen
         if pad:
             parts.append(bytes(pad))
         cost = float(cost or 0.0)
-        head = header_bytes(KIND_RECORD, self._codec, int(i), plen, raw_len, cost, crc)
+        head = header_bytes(KIND_RECORD, cd, int(i), plen, raw_len, cost, crc)
         return self._append(int(i), head, parts, _ALIGN + plen + pad, cost, KIND_RECORD)
 
     def discard(self, i: int) -> None:
@@ -349,6 +356,8 @@ class SnapshotStore:
         return self._loc.add_shard(name), shard
 
     def _add(self, sid: int, table: np.ndarray, problems: list[str]) -> None:
+        if not len(table) and not problems:
+            return
         shard = self._shards[sid]
         assert shard is not None
         for p in problems + self._loc.add(sid, table, shard.tombstone_target):
