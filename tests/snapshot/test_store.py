@@ -257,3 +257,25 @@ def test_a_writer_whose_shard_another_process_dropped_starts_a_new_one(tmp_path)
         b.refresh()
         assert b.get(0) == (True, "new") and a.get(0) == (True, "new")
     assert sum(n.endswith(".shard") for n in os.listdir(tmp_path / "k")) == 1
+
+
+def test_threads_put_and_get_at_once(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    n = 400
+
+    def work(start):
+        with_values = []
+        for i in list(range(start, n, 3)) + list(range(n)):  # its own indices, then all
+            store.put(i, [np.full(50, i % 256, np.uint8), i])
+            ok, got = store.get(i)
+            with_values.append(ok and got[1] == i and (got[0] == i % 256).all())
+        return all(with_values)
+
+    with SnapshotStore(tmp_path / "k", n, shard_bytes=20_000) as store:
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(work, [0, 1, 2, 0])) == [True] * 4
+        assert store.complete() and store.stats()["corrupted"] == 0
+    with SnapshotStore(tmp_path / "k", n) as reader:
+        assert reader.complete()
+        assert all(reader.get(i)[1][1] == i for i in range(n))

@@ -78,6 +78,27 @@ def test_a_miss_looks_for_what_other_writers_stored(tmp_path, monkeypatch):
         assert b.get(1) == (True, "x")
 
 
+def _inherited(store):
+    store.put(2, "child")
+    store.close()
+
+
+def test_a_forked_child_writes_shards_of_its_own(tmp_path):
+    with SnapshotStore(tmp_path / "k", 4) as store:
+        store.put(0, "parent")
+        p = FORK.Process(target=_inherited, args=(store,))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+        store.put(1, "parent again")  # the parent's shard is still the parent's
+        store.refresh()
+        assert [store.get(i) for i in range(4)] == [
+            (True, "parent"), (True, "parent again"), (True, "child"), (False, None)]
+        assert store.stats()["shards"] == 2
+    with SnapshotStore(tmp_path / "k", 4) as reader:
+        assert reader.stored() == 3 and reader.stats()["corrupted"] == 0
+
+
 # -- writers killed ------------------------------------------------------------------------
 
 
@@ -258,6 +279,18 @@ def _check_big(store, indices):
         assert ok and label == i and arr.shape == (100_000,) and (arr == i).all()
 
 
+def _fill_to_the_brim(path):
+    """Fill the disk with a file: its last write fails with ENOSPC."""
+    fd = os.open(os.path.join(path, "filler"), os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.statvfs(path).f_bavail:
+            os.write(fd, bytes(4096))
+        with pytest.raises(OSError, match="No space left"):
+            os.write(fd, bytes(4096))
+    finally:
+        os.close(fd)
+
+
 def _fill(store):
     """Put records until the disk is full: how many were stored, and the error."""
     for i in range(len(store)):
@@ -280,6 +313,10 @@ def test_a_full_disk_is_a_clear_error_and_the_snapshot_stays_valid(small_disk):
             store.put(stored, _big(stored))
         _check_big(store, range(stored))
     assert os.path.getsize(_shard(root)) == stored * (128 + 100_032)  # no partial record
+    assert not [x for x in os.listdir(root) if x.startswith(".")]  # no temporary file
+    _fill_to_the_brim(small_disk)
+    with pytest.raises(SnapshotFullError, match="is full"):  # meta.json does not fit
+        SnapshotStore(os.path.join(small_disk, "other"), 3)
     with SnapshotStore(root, 100) as reader:
         assert reader.stored() == stored and reader.stats()["corrupted"] == 0
         _check_big(reader, range(stored))
@@ -298,3 +335,8 @@ def test_a_full_disk_with_on_full_read_warns_once_and_reads_on(small_disk):
     with SnapshotStore(root, 100, on_full="read") as reader:
         assert reader.stored() == stored and reader.stats()["corrupted"] == 0
         _check_big(reader, range(stored))
+    _fill_to_the_brim(small_disk)
+    with pytest.warns(SnapshotFullWarning):  # meta.json does not fit
+        other = SnapshotStore(os.path.join(small_disk, "other"), 3, on_full="read")
+    with other:
+        assert other.put(0, _big(0)) == 0 and other.get(0) == (False, None)
