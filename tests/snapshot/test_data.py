@@ -197,3 +197,37 @@ def test_bad_arguments_name_the_parameter(tmp_path):
         SnapshotData([[1]], tmp_path, compression="gzip")
     with pytest.raises(ValueError, match=r"no len\(\)"):
         SnapshotData(df.DataFromGenerator(lambda: iter([[1]])), tmp_path)
+
+
+def random_after_three(dp):
+    """Deterministic on the randomness test's three inputs, random after them."""
+    return [np.float64(dp[0]) + (np.random.rand() if dp[0] >= 3 else 0.0)]
+
+
+def test_verify_runs_the_randomness_test_on_a_mismatch(tmp_path):
+    snap = SnapshotData([[i] for i in range(5)], tmp_path, map_func=random_after_three,
+                        verify=1.0)
+    snap.reset_state()
+    list(snap)  # stores one draw of indices 3 and 4
+    with pytest.raises(NondeterministicError, match="random_after_three is random"):
+        list(snap)
+    snap.close()
+    # under a key of the user's, another function's pass of the test does not count
+    with pytest.raises(NondeterministicError):
+        SnapshotData([[1], [2]], tmp_path, map_func=random_decode, key=snap.key)
+
+
+def test_it_is_read_in_place_by_position_and_profiled(tmp_path):
+    from dataflow.snapshot.source import positional
+
+    snap = SnapshotData(pipelines.records(10), tmp_path, map_func=pipelines.decode)
+    reader = positional(snap)
+    assert reader.items is snap and to_plain(reader.get(4)) == to_plain(pipelines.decode([4]))
+    report = df.profile(df.MapData(snap, pipelines.augment), num=6, warmup=1)
+    metrics = next(s.metrics for s in report.stages if s.name == "SnapshotData")
+    assert metrics == snap.profile_metrics()
+    s = snap.stats()
+    assert (metrics["snapshot misses"], metrics["snapshot hits"]) == (s["misses"], s["hits"])
+    assert (s["misses"], s["hits"]) == (6, 2)  # (index 4 was read above, 6 is a drop)
+    assert "snapshot hit rate" in report.format()
+    snap.close()

@@ -219,8 +219,17 @@ class SnapshotData(ReaderState, RNGDataFlow):
 
     # ---- the randomness test --------------------------------------------------------------
 
+    def _func_digest(self) -> str:
+        return make_key({k: v for k, v in self.parts.items() if not k.startswith("source.")})
+
     def _marker_exists(self) -> bool:
-        return os.path.exists(os.path.join(self.root, CHECKED))
+        """Whether this ``map_func`` passed the test for this snapshot (under a ``key=`` of
+        the user's, another function's pass does not count)."""
+        try:
+            with open(os.path.join(self.root, CHECKED)) as f:
+                return json.load(f).get("func") == self._func_digest()
+        except (OSError, ValueError, AttributeError):
+            return False
 
     def _ensure_checked(self, tested: bool = False) -> None:
         """Run the randomness test once per snapshot (a file in its folder says it passed);
@@ -236,7 +245,8 @@ class SnapshotData(ReaderState, RNGDataFlow):
         os.makedirs(self.root, exist_ok=True)
         tmp = os.path.join(self.root, f".{CHECKED}.{os.getpid()}")
         with open(tmp, "w") as f:
-            json.dump({"map_func": func_name(self.map_func), "inputs": n}, f)
+            json.dump({"map_func": func_name(self.map_func), "func": self._func_digest(),
+                       "inputs": n}, f)
         os.replace(tmp, os.path.join(self.root, CHECKED))
         self._checked = True
 
