@@ -6,9 +6,11 @@ spent inside its children's, is the stage's *own* time. Parallel stages addition
 fill level of their queues (sampled at each datapoint, when the stage exposes ``queue_stats()``);
 time a parallel stage spends waiting for its workers counts as its own.
 
-The report names the stage with the largest own time as the bottleneck and suggests a fix for
-its kind (each stage class declares it in ``profile_hint``); when the pipeline spends less than a
-fifth of the time producing (the consumer is slower than every stage), there is no bottleneck.
+The report names the stage with the largest own time as the bottleneck (the lowest ceiling in
+the table: its ceiling is the pipeline's datapoints per second of that stage's own time) and
+suggests a fix for its kind (each stage class declares it in ``profile_hint``) and for what its
+queue showed; when the consumer (``consume=``) took more time than any stage, there is no
+bottleneck in the pipeline: the consumer is the one to make faster.
 It renders as a table (:meth:`ProfileReport.format`), as JSON (:meth:`ProfileReport.to_json`)
 and as a Chrome trace-event file (:meth:`ProfileReport.write_trace`), which opens in Perfetto or
 ``chrome://tracing`` with one row per stage showing when it was busy, and one row per worker of
@@ -38,8 +40,9 @@ from dataflow.base import DataFlow, instrument
 __all__ = ["ProfileReport", "StageStats", "pipeline_stages", "profile"]
 
 _MAX_TRACE_EVENTS = 50_000
-#: below this share of the wall time spent producing, the consumer is the bottleneck
-CONSUMER_BOUND = 0.2
+#: a parallel stage's queue below this mean fill is "nearly empty": the consumer usually
+#: finds no result waiting, so its workers are the slow part
+QUEUE_EMPTY = 0.2
 
 
 def public_name(flow: Any) -> str:
@@ -94,6 +97,7 @@ class StageStats:
     total_seconds: float = 0.0  # time inside its next(), its children's included
     bytes: int = 0  # bytes of array and buffer data in the datapoints it yielded
     seconds: float = 0.0  # wall time of the run (the same for every stage)
+    run_items: int = 0  # datapoints the pipeline delivered in the run (the same for every stage)
     queue_fill: float | None = None  # mean fill fraction of a parallel stage's queue
     workers: int | None = None  # a parallel stage's number of workers at the end of the run
     workers_start: int | None = None  # ... and at its start (an autotuned count changes)
@@ -126,9 +130,12 @@ class StageStats:
 
     @property
     def ceiling_per_second(self) -> float:
-        """Datapoints per second of its own time: the most it could deliver if everything
-        else (its children, the consumer) took no time."""
-        return self.items / self.own_seconds if self.own_seconds > 0 else float("inf")
+        """The pipeline's datapoints (its outermost stage's ``out``) per second of this
+        stage's own time: the most the pipeline could deliver if everything else (the other
+        stages, the consumer) took no time. One unit for every stage (a batching stage's
+        children count batches, not their own items), so the lowest is the bottleneck's."""
+        done = self.run_items or self.items
+        return done / self.own_seconds if self.own_seconds > 0 else float("inf")
 
     @property
     def held(self) -> int | None:
@@ -173,8 +180,10 @@ def _suggest_parallel(stage: DataFlow, stats: StageStats) -> str:
     stage is already doing (an autotuned count, idle workers, work that waits)."""
     name, hint = stats.name, type(stage).profile_hint
     busy = stats.workers_busy
+    empty = ("nearly empty" if stats.queue_fill is None
+             else f"nearly empty ({100 * stats.queue_fill:.0f}% full)")
     if busy is not None and busy < WORKERS_IDLE:
-        return (f"{name}'s queue is nearly empty, yet its workers were busy only "
+        return (f"{name}'s queue is {empty}, yet its workers were busy only "
                 f"{100 * busy:.0f}% of the time: they wait for inputs, which {name} reads from "
                 "the stages below it in this process. Make those faster (see their own time), "
                 "or raise buffer_size.")
@@ -184,10 +193,10 @@ def _suggest_parallel(stage: DataFlow, stats: StageStats) -> str:
         now, top = tuned.get("workers"), tuned.get("maximum")
         if now is not None and top is not None and now < top:
             if tuned.get("converged_at") is None:
-                return (f"{name}'s queue is nearly empty and its autotuner is still adding "
+                return (f"{name}'s queue is {empty} and its autotuner is still adding "
                         f"workers ({now} now, at most {top} in its CPU budget): profile longer "
                         "to see where it settles.")
-            return (f"{name}'s queue is nearly empty, and its autotuner found that more than "
+            return (f"{name}'s queue is {empty}, and its autotuner found that more than "
                     f"{now} workers do not pay (its CPU budget allows {top}): the cores are "
                     "busy elsewhere, or the work contends for something shared; make the work "
                     "cheaper.")
@@ -197,36 +206,56 @@ def _suggest_parallel(stage: DataFlow, stats: StageStats) -> str:
         if kind == "gil" and stats.autotune and tuned.get("backend") == "thread":
             more += ("; its threads take turns on the GIL, so ParallelMapData(backend='auto') "
                      "or MultiProcessMapDataZMQ would run them in parallel")
-        return f"{name}'s queue is nearly empty: {more}."
+        return f"{name}'s queue is {empty}: {more}."
     if kind == "waits":
-        return (f"{name}'s queue is nearly empty: its workers wait (they used "
+        return (f"{name}'s queue is {empty}: its workers wait (they used "
                 f"{stats.workers_cpu:.2f} cores: I/O or sleeps), so more of them help: raise "
                 "the worker count, or pass \"auto\"."
                 + (" Threads do this as well as processes, without copying data between "
                    "processes." if hint in ("process-map", "ray-map") else ""))
     if hint == "thread-map":
         if kind == "gil":
-            return (f"{name}'s queue is nearly empty: its {stats.workers_mean:.0f} threads used "
+            return (f"{name}'s queue is {empty}: its {stats.workers_mean:.0f} threads used "
                     f"{stats.workers_cpu:.2f} cores: they take turns on the GIL (pure Python). "
                     "Run the work in processes: MultiProcessMapDataZMQ, or "
                     "ParallelMapData(ds, \"auto\", func), which measures and moves it.")
-        return (f"{name}'s queue is nearly empty: its threads cannot keep up; add threads "
+        return (f"{name}'s queue is {empty}: its threads cannot keep up; add threads "
                 "(num_thread, or \"auto\") while cores are idle, or make the work cheaper.")
     if hint in ("process-map", "ray-map"):
-        return (f"{name}'s queue is nearly empty: its workers cannot keep up; add workers "
+        return (f"{name}'s queue is {empty}: its workers cannot keep up; add workers "
                 "while cores are idle (or pass \"auto\"), or make the work cheaper. Work that "
                 "releases the GIL (OpenCV, most NumPy) runs as fast on MultiThreadMapData "
                 "threads without the cost of moving data between processes.")
-    return (f"{name}'s queue is nearly empty: its workers cannot keep up; add workers while "
+    return (f"{name}'s queue is {empty}: its workers cannot keep up; add workers while "
             "cores are idle, or make the flow they run cheaper.")
+
+
+def _suggest_ready(stage: DataFlow, stats: StageStats) -> str:
+    """The advice for a parallel stage with the most own time whose results were mostly
+    waiting when asked for: its own time is the hand-over, not its workers."""
+    name = stats.name
+    fill = 100 * (stats.queue_fill or 0.0)
+    if type(stage).profile_hint == "thread-map" and _work_kind(stats) == "gil":
+        return (f"{name}'s queue is {fill:.0f}% full, yet it has the most own time: its "
+                f"{stats.workers_mean:.0f} threads used {stats.workers_cpu:.2f} cores: they "
+                "take turns on the GIL (pure Python) with this thread, which waits for its "
+                "turn to take their results. Run the work in processes: "
+                "MultiProcessMapDataZMQ, or ParallelMapData(ds, \"auto\", func), which "
+                "measures and moves it.")
+    return (f"{name}'s queue is {fill:.0f}% full (results are waiting when "
+            f"they are asked for), yet it has the most own time ({stats.own_us_per_item:,.1f} "
+            "us per datapoint out): that is the cost of handing results over in this process "
+            "(taking turns on the GIL with its threads, receiving and decoding what its "
+            "processes send), not its workers' speed. Hand over fewer, larger datapoints "
+            "(batch inside the parallel stage) or smaller ones (encoded).")
 
 
 def _suggest(stage: DataFlow, stats: StageStats, is_source: bool) -> str:
     name = stats.name
     hint = type(stage).profile_hint
     if stats.queue_fill is not None:
-        if stats.queue_fill >= 0.2:
-            return f"{name}'s queue is full: the stages after it are slower; look at them."
+        if stats.queue_fill >= QUEUE_EMPTY:
+            return _suggest_ready(stage, stats)
         return _suggest_parallel(stage, stats)
     if hint == "map":
         return ("the map function is the bottleneck: run it in parallel with "
@@ -271,6 +300,8 @@ class ProfileReport:
     suggestion: str
     trace: list[dict[str, Any]] = field(default_factory=list, repr=False)
     worker_rows: list[tuple[int, int, str]] = field(default_factory=list, repr=False)
+    #: seconds spent in ``consume`` (None: no consumer was given)
+    consumer_seconds: float | None = None
 
     @property
     def bottleneck_stage(self) -> StageStats | None:
@@ -280,6 +311,7 @@ class ProfileReport:
         stage = self.bottleneck_stage
         return {"items": self.items, "seconds": self.seconds,
                 "items_per_second": self.items / self.seconds if self.seconds > 0 else None,
+                "consumer_seconds": self.consumer_seconds,
                 "stages": [s.to_dict() for s in self.stages],
                 "bottleneck": {"index": self.bottleneck,
                                "stage": None if stage is None else stage.name,
@@ -327,7 +359,9 @@ class ProfileReport:
         rate = self.items / self.seconds if self.seconds > 0 else float("inf")
         stage = self.bottleneck_stage
         verdict = (f"no bottleneck: {self.suggestion}" if stage is None else
-                   f"bottleneck: stage {self.bottleneck} ({stage.name}): {self.suggestion}")
+                   f"bottleneck: stage {self.bottleneck} ({stage.name}, "
+                   f"{100 * stage.own_seconds / total_own:.1f}% of the own time, the lowest "
+                   f"ceiling: {stage.ceiling_per_second:,.0f}/s): {self.suggestion}")
         for s in self.stages:
             if s.metrics:
                 out.append(f"stage {s.index} ({s.name}): " + ", ".join(
@@ -335,7 +369,11 @@ class ProfileReport:
                     for k, v in s.metrics.items()))
         notes = dict.fromkeys(n for s in self.stages for n in (s.notes or ()))
         out += [f"note: {n}" for n in notes]
-        out += ["", f"{self.items} datapoints in {self.seconds:.2f} s ({rate:,.1f}/s)", verdict]
+        run = f"{self.items} datapoints in {self.seconds:.2f} s ({rate:,.1f}/s)"
+        if self.consumer_seconds is not None:
+            run += (f"; the consumer took {self.consumer_seconds:.2f} s "
+                    f"({100 * self.consumer_seconds / (self.seconds or 1.0):.0f}% of the run)")
+        out += ["", run, verdict]
         out += _autotune_lines(self.stages)
         return "\n".join(out)
 
@@ -473,10 +511,13 @@ def profile(
       ``next()`` minus the time inside its children's (a parallel stage's own time includes
       waiting for its workers);
     * ``own %``: its share of the pipeline's own time, all stages together;
-    * ``ceiling/s``: ``out`` per second of its own time: the most it could deliver if its
-      children and the consumer took no time. The bottleneck has the lowest;
-    * ``queue``: a parallel stage's results waiting to be taken, as a share of its buffer,
-      averaged over its datapoints: full, the stages after it are slower; empty, it is;
+    * ``ceiling/s``: the pipeline's datapoints (the first row's ``out``) per second of the
+      stage's own time: the most the pipeline could deliver if the other stages and the
+      consumer took no time. One unit for every row, so the bottleneck (the most own time)
+      has the lowest;
+    * ``queue``: a parallel stage's finished results waiting to be taken (in its transport
+      too), as a share of its buffer, averaged over its datapoints: nearly empty (under 20%),
+      the consumer usually waits for its workers; fuller, results are waiting when asked for;
     * ``workers``: a parallel stage's worker count at the start and end of the run (one
       number if it did not change; an ``"auto"`` stage's average in brackets), the share of
       their time they were busy mapping, and the cores they used (their CPU time over the
@@ -485,10 +526,12 @@ def profile(
     * ``skipped``: inputs dropped under ``on_error="skip"``/``"warn"``.
 
     Under the table: each stage's own counters (``profile_metrics()``), the datapoints
-    delivered per second, and the verdict: the stage with the most own time and advice that
-    matches what it already does (an ``"auto"`` stage still adding workers, idle workers
-    waiting for inputs, work that waits or holds the GIL), or "no bottleneck" when the
-    pipeline spent under a fifth of the time producing (the consumer is the slower part).
+    delivered per second (and the consumer's seconds, with ``consume``), and the verdict:
+    the stage with the most own time (the lowest ceiling), with its share and ceiling, and
+    advice that matches what it already does (an ``"auto"`` stage still adding workers, idle
+    workers waiting for inputs, work that waits or holds the GIL, a queue whose results were
+    waiting: the hand-over costs), or "no bottleneck" when the consumer took more time than
+    any stage's own time (it is the slower part).
     Then, for each ``"auto"`` stage, its worker count and last decisions (see
     :func:`dataflow.autotune_report`), and a note when it was still tuning at the end.
 
@@ -553,9 +596,10 @@ def _profile(df: DataFlow, num: int, warmup: int, trace: bool, consume: Any) -> 
     skipped0 = [None if p is None else p.total for p in policies]
     for (_, f), s in zip(stages, stats):
         instrument(f, functools.partial(clock.timed, stats=s))
+    consumed = [0.0]
     try:
         t0 = time.perf_counter()
-        items = _consume(df, num, consume)
+        items = _consume(df, num, consume, consumed)
         seconds = time.perf_counter() - t0
     finally:
         for _, f in stages:
@@ -577,7 +621,7 @@ def _profile(df: DataFlow, num: int, warmup: int, trace: bool, consume: Any) -> 
         s.autotune = tuned() if callable(tuned) else None
     by_id = {id(f): s for (_, f), s in zip(stages, stats)}
     for (_, f), s in zip(stages, stats):
-        s.seconds = seconds
+        s.seconds, s.run_items = seconds, items
         kids = [by_id[id(c)] for c in f.children() if id(c) in by_id]
         s.items_in = sum(k.items for k in kids) if kids else None
         if s.items_in == 0 and s.items:  # (a runner's children run in its workers, unseen)
@@ -593,28 +637,36 @@ def _profile(df: DataFlow, num: int, warmup: int, trace: bool, consume: Any) -> 
             s.workers_busy = min(1.0, workers.busy[s.index] / (s.workers_mean * seconds))
             cpu = workers.cpu.get(s.index)
             s.workers_cpu = None if cpu is None else cpu / seconds
-    producing = stats[0].total_seconds if stats else 0.0
-    if seconds > 0 and producing < CONSUMER_BOUND * seconds:
+    best = max(range(len(stats)), key=lambda i: stats[i].own_seconds)
+    consumer = consumed[0] if consume is not None else None
+    if consumer is not None and consumer >= stats[best].own_seconds:
+        top = stats[best]
         return ProfileReport(
             stats, items, seconds, None,
-            f"the pipeline spends {100 * producing / seconds:.0f}% of the time producing "
-            "datapoints; the consumer takes the rest, so it is the one to make faster.",
-            clock.trace or [], workers.rows)
-    best = max(range(len(stats)), key=lambda i: stats[i].own_seconds)
+            f"the consumer took {consumer:.2f} s of the {seconds:.2f} s run, more than any "
+            f"stage's own time (the most: stage {best}, {top.name}, {top.own_seconds:.2f} s), "
+            "so it is the one to make faster.",
+            clock.trace or [], workers.rows, consumer)
     flow = stages[best][1]
     return ProfileReport(stats, items, seconds, best,
                          _suggest(flow, stats[best], not flow.children()),
-                         clock.trace or [], workers.rows)
+                         clock.trace or [], workers.rows, consumer)
 
 
-def _consume(df: DataFlow, n: int, consume: Any = None) -> int:
-    got = 0
+def _consume(df: DataFlow, n: int, consume: Any = None,
+             consumed: list[float] | None = None) -> int:
+    """Take ``n`` datapoints of ``df`` (over several epochs if needed), each given to
+    ``consume``; the seconds spent in ``consume`` are added to ``consumed[0]``."""
+    got, perf = 0, time.perf_counter
     while got < n:
         before = got
         itr = iter(df)
         for dp in itr:
             if consume is not None:
+                t = perf()
                 consume(dp)
+                if consumed is not None:
+                    consumed[0] += perf() - t
             got += 1
             if got >= n:
                 break

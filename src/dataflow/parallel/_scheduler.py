@@ -107,10 +107,37 @@ class MapScheduler:
         self._origin = 0  # stream position of the first input the source yields
         self._key_epoch = 0  # first element of the inputs' keys in this pass
         self._nones = 0  # None results dropped since the pass (or stream) started
+        # messages received ahead by queue_stats (the profiler), not yet handled
+        self._early: deque[Any] = deque()
+        self._early_items = 0  # results in the DATA messages of _early
 
     def queue_stats(self) -> dict[str, int]:
-        """``size``: finished results waiting to be yielded; ``capacity``: ``buffer_size``."""
-        return {"size": len(self._done) + len(self._ready), "capacity": self.buffer_size}
+        """``size``: finished results waiting to be yielded; ``capacity``: ``buffer_size``.
+
+        The results the workers finished are mostly still in the transport (a queue, a
+        socket) until the consumer asks for the next one; they are received here, without
+        waiting, and kept in arrival order for :meth:`_receive`, so that they count."""
+        self._peek()
+        size = len(self._done) + len(self._ready) + self._early_items
+        return {"size": min(size, self.buffer_size), "capacity": self.buffer_size}
+
+    def _peek(self) -> None:
+        """Receive, without waiting, the messages the current transport holds now (at most a
+        buffer's worth); an exception the transport raises is kept and raised by
+        :meth:`_receive`, in its turn."""
+        early = self._early
+        while self._old is None and len(early) < self.buffer_size and \
+                not (early and isinstance(early[-1], BaseException)):
+            try:
+                msg = self.transport.receive(0.0)
+            except Exception as e:  # (raised by _receive, in its turn)
+                early.append(e)
+                return
+            if msg is None:
+                return
+            early.append(msg)
+            if msg[0] == DATA:
+                self._early_items += len(msg[2])
 
     def _in_flight(self) -> int:
         return len(self._outstanding) + len(self._done) + len(self._ready)
@@ -162,6 +189,11 @@ class MapScheduler:
             raise RuntimeError(f"{self.stage}: a change of transport is already in progress")
         old, self.transport = self.transport, new
         pending = set(self._outstanding)
+        for msg in self._early:  # (answered by the old transport already)
+            if isinstance(msg, tuple) and msg[0] == DATA:
+                pending.difference_update(idx for idx, _ in msg[2])
+            elif isinstance(msg, tuple) and msg[0] == RETURNED:
+                pending.difference_update(idx for idx, _, _ in msg[2])
         for chunk in taken_back:
             pending.difference_update(idx for idx, _, _ in chunk)
             new.submit(chunk)
@@ -355,6 +387,15 @@ class MapScheduler:
         """The next message of the workers (``None`` after ``timeout`` seconds): the answers
         of a transport being replaced first; a worker error names the input's position."""
         try:
+            if self._early:  # (received ahead by queue_stats: they were waiting already)
+                msg = self._early.popleft()
+                if isinstance(msg, BaseException):
+                    raise msg
+                if msg[0] == DATA:
+                    self._early_items -= len(msg[2])
+                if self.tuner is not None:
+                    self.tuner.waited(0.0)
+                return msg
             old, tuner = self._old, self.tuner
             if old is not None:
                 msg = old.receive(0.0)
