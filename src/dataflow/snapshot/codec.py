@@ -119,7 +119,7 @@ class _Encoder:
         elif t is float:
             out.append(b"f" + _F64.pack(x))
         elif t is str or t is bytes:
-            raw = x.encode() if t is str else x
+            raw = x.encode("utf-8", "surrogatepass") if t is str else x
             out.append((b"s" if t is str else b"b") + _U32.pack(len(raw)) + raw)
         elif isinstance(x, np.generic):
             out.append(b"g")
@@ -222,7 +222,7 @@ class _Decoder:
             n = _U32.unpack_from(skel, pos)[0]
             raw = skel[pos + 4: pos + 4 + n]
             if tag == 115:
-                return raw.decode(), pos + 4 + n
+                return raw.decode("utf-8", "surrogatepass"), pos + 4 + n
             if tag == 98:
                 return raw, pos + 4 + n
             return int.from_bytes(raw, "little", signed=True), pos + 4 + n
