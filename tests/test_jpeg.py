@@ -263,7 +263,8 @@ def test_environment_variable_turns_the_extension_off_and_the_note_says_how_to_g
 
 def test_simplejpeg_backend_without_the_package_names_the_extra(monkeypatch):
     monkeypatch.setattr(jpeg, "_simplejpeg_module", None)
-    with pytest.raises(ImportError, match=r"pip install 'dataflow-reloaded\[imgaug\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'opencv-python-headless>=4\.8' "
+                                          r"'simplejpeg>=1\.7\.6' \(the extra \[imgaug\]"):
         decode_jpeg(make_jpeg(8, 8), backend="simplejpeg")
     if not TURBO:  # "auto" then decodes with OpenCV
         np.testing.assert_array_equal(decode_jpeg(make_jpeg(8, 8)), imdecode(make_jpeg(8, 8)))

@@ -58,3 +58,49 @@ def test_make_clean_removes_the_built_extensions(checkout):
                    cwd=checkout, check=True, capture_output=True)
     assert [p.exists() for p in built] == [False, False]
     assert all((checkout / s).exists() for s in SOURCES)
+
+
+def _extras() -> dict[str, list[str]]:
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["optional-dependencies"]
+
+
+def test_the_install_hints_name_the_packages_of_each_extra():
+    """A missing optional package's hint installs the packages themselves (dataflow-reloaded
+    is on no package index, so `pip install 'dataflow-reloaded[lmdb]'` would find nothing),
+    then names the extra as a clone installs it; the table agrees with pyproject.toml."""
+    from dataflow._optional import EXTRA_PACKAGES, EXTRAS, extra_hint, install_hint
+
+    extras = _extras()
+    assert {k: list(v) for k, v in EXTRA_PACKAGES.items()} == {
+        k: v for k, v in extras.items() if k != "all"}
+    assert sorted(extras["all"]) == sorted(
+        {p for k, v in extras.items() if k not in ("all", "gcs", "azure") for p in v})
+    assert install_hint("lmdb") == (
+        "pip install 'lmdb>=1.4' (the extra [lmdb] of dataflow-reloaded; in a clone: "
+        "pip install -e '.[lmdb]')")
+    assert install_hint("zmq") == "pip install pyzmq"
+    assert extra_hint("imgaug", "lmdb") == (
+        "pip install 'opencv-python-headless>=4.8' 'simplejpeg>=1.7.6' 'lmdb>=1.4' (the "
+        "extras [imgaug,lmdb] of dataflow-reloaded; in a clone: pip install -e "
+        "'.[imgaug,lmdb]')")
+    for module, (_, how) in EXTRAS.items():
+        hint = install_hint(module)
+        assert hint.startswith("pip install ") and "dataflow-reloaded[" not in hint, module
+        assert how.startswith("pip ") or how in EXTRA_PACKAGES, module
+
+
+def test_no_install_command_asks_an_index_for_dataflow_reloaded():
+    """README, docs and sources give commands that work with the clone or a built wheel."""
+    import re
+
+    pattern = re.compile(
+        r"pip install (--only-binary \S+ )?['\"]?dataflow(-reloaded)?(?=[\[\s'\";)`]|$)")
+    paths = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")),
+             *sorted((ROOT / "src" / "dataflow").rglob("*.py"))]
+    found = [f"{p.relative_to(ROOT)}:{i}" for p in paths
+             for i, line in enumerate(p.read_text().splitlines(), 1)
+             if pattern.search(line) and "finds" not in line and "would find" not in line]
+    assert found == []

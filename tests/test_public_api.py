@@ -243,7 +243,9 @@ def test_star_import_without_opencv_defers_the_error_to_imgaug_use():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.splitlines()
     assert out == ["ILSVRCMeta", "dataflow.imgaug needs OpenCV (`cv2`), which is not installed; "
-                   "install it with pip install 'dataflow-reloaded[imgaug]'"]
+                   "install it with pip install 'opencv-python-headless>=4.8' "
+                   "'simplejpeg>=1.7.6' (the extra [imgaug] of dataflow-reloaded; in a clone: "
+                   "pip install -e '.[imgaug]')"]
 
 
 # the standalone ``dataflow`` package's module paths: dataflow.dataflow.<module>

@@ -1,7 +1,10 @@
 """Optional dependencies: the one import helper, and the table of what installs each.
 
 A missing optional package raises an ``ImportError`` that names what needed it, the package,
-and the command that installs it (usually an extra of ``dataflow-reloaded``).
+and the command that installs it: the packages themselves (``pip install 'lmdb>=1.4'``, which
+works wherever dataflow came from: ``dataflow-reloaded`` is on no package index yet, so
+``pip install 'dataflow-reloaded[lmdb]'`` finds nothing), and the extra that holds them, as a
+clone installs it (``pip install -e '.[lmdb]'``).
 
 OpenCV is imported through :func:`import_cv2` (by the augmentors, the image flows and the JPEG
 decoder's fallback), which also makes its thread pool fork-safe. With OpenCV 5, once the parent
@@ -19,8 +22,8 @@ import importlib
 import os
 from typing import Any
 
-__all__ = ["EXTRAS", "NO_C_EXT_ENV", "c_extensions_off", "import_cv2", "import_optional",
-           "install_hint"]
+__all__ = ["EXTRAS", "EXTRA_PACKAGES", "NO_C_EXT_ENV", "c_extensions_off", "extra_hint",
+           "import_cv2", "import_optional", "install_hint"]
 
 #: set to 1 to run without any of dataflow's own C extensions (the JPEG region decoder and the
 #: batch filler) even where they are built: to measure or test what an install without a
@@ -50,10 +53,33 @@ EXTRAS: dict[str, tuple[str, str]] = {
 }
 
 
+#: each extra of dataflow-reloaded -> the packages it installs (pyproject.toml's
+#: ``[project.optional-dependencies]``; tests/test_packaging.py checks that they agree)
+EXTRA_PACKAGES: dict[str, tuple[str, ...]] = {
+    "lmdb": ("lmdb>=1.4",), "hdf5": ("h5py>=3.8",),
+    "imgaug": ("opencv-python-headless>=4.8", "simplejpeg>=1.7.6"),
+    "tf": ("tensorflow>=2.15",), "datasets": ("scipy>=1.10",), "ray": ("ray[data]>=2.9",),
+    "torch": ("torch>=2.1",), "jax": ("jax>=0.4.20",), "streaming": ("fsspec>=2024.1",),
+    "s3": ("boto3>=1.34",), "gcs": ("fsspec>=2024.1", "gcsfs>=2024.1"),
+    "azure": ("fsspec>=2024.1", "adlfs>=2024.1"), "lz4": ("lz4>=4",),
+    "zstd": ("zstandard>=0.22",),
+}
+
+
+def extra_hint(*extras: str) -> str:
+    """The command that installs the packages of ``extras`` (works from a clone, a built
+    wheel or anywhere else), then the extras as a clone installs them."""
+    packages = list(dict.fromkeys(p for e in extras for p in EXTRA_PACKAGES[e]))
+    quoted = " ".join(f"'{p}'" for p in packages)
+    names = ",".join(extras)
+    return (f"pip install {quoted} (the extra{'s' if len(extras) > 1 else ''} [{names}] of "
+            f"dataflow-reloaded; in a clone: pip install -e '.[{names}]')")
+
+
 def install_hint(module: str) -> str:
     """The command that installs ``module``."""
     _, how = EXTRAS.get(module, (module, f"pip install {module}"))
-    return how if how.startswith("pip ") else f"pip install 'dataflow-reloaded[{how}]'"
+    return how if how.startswith("pip ") else extra_hint(how)
 
 
 def import_optional(module: str, what: str) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from dataflow._optional import extra_hint
 from dataflow.base import DataFlow
 from dataflow.rng import set_seed
 from dataflow.sources import DataFromList
@@ -41,8 +42,8 @@ def _cv2() -> Any:
         import cv2
     except ImportError as e:
         raise ImportError(
-            "the demo decodes JPEGs with OpenCV: pip install 'dataflow-reloaded[imgaug,lmdb]' "
-            "(or run `make demo`, which installs them)"
+            f"the demo decodes JPEGs with OpenCV: {extra_hint('imgaug', 'lmdb')} (or run "
+            "`make demo` in a clone, which installs them)"
         ) from e
     return cv2
 

@@ -70,9 +70,10 @@ print(out)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=True)
     assert proc.stdout.strip() == str([
-        "dataflow.torch needs PyTorch, which is not installed: "
-        "pip install 'dataflow-reloaded[torch]'",
-        "dataflow.jax needs JAX, which is not installed: pip install 'dataflow-reloaded[jax]'",
+        "dataflow.torch needs PyTorch, which is not installed: pip install 'torch>=2.1' (the "
+        "extra [torch] of dataflow-reloaded; in a clone: pip install -e '.[torch]')",
+        "dataflow.jax needs JAX, which is not installed: pip install 'jax>=0.4.20' (the extra "
+        "[jax] of dataflow-reloaded; in a clone: pip install -e '.[jax]')",
     ])
 
 

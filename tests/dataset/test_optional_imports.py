@@ -26,7 +26,8 @@ def test_import_without_scipy_and_cv2():
 )
 def test_image_loaders_without_cv2(monkeypatch, tmp_path, make):
     monkeypatch.setitem(sys.modules, "cv2", None)
-    with pytest.raises(ImportError, match=r"pip install 'dataflow-reloaded\[imgaug\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'opencv-python-headless>=4\.8' "
+                                          r"'simplejpeg>=1\.7\.6' \(the extra \[imgaug\]"):
         make(tmp_path)
 
 
@@ -40,5 +41,5 @@ def test_mat_loaders_without_scipy(monkeypatch, tmp_path):
     (tmp_path / "caltech101_silhouettes_28_split1.mat").write_bytes(b"x")
     monkeypatch.setitem(sys.modules, "scipy", None)
     monkeypatch.setitem(sys.modules, "scipy.io", None)
-    with pytest.raises(ImportError, match=r"pip install 'dataflow-reloaded\[datasets\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'scipy>=1\.10' \(the extra \[datasets\]"):
         Caltech101Silhouettes("train", dir=tmp_path)

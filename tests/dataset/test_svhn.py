@@ -91,7 +91,7 @@ def test_without_scipy(tmp_path, monkeypatch):
     write_svhn(tmp_path / "fresh", "test", 1, 5)
     monkeypatch.setitem(sys.modules, "scipy", None)
     monkeypatch.setitem(sys.modules, "scipy.io", None)
-    with pytest.raises(ImportError, match=r"pip install 'dataflow-reloaded\[datasets\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'scipy>=1\.10' \(the extra \[datasets\]"):
         SVHNDigit("test", data_dir=tmp_path / "fresh")
 
 

@@ -297,7 +297,9 @@ def test_import_without_cv2_names_the_extra():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
-    assert "pip install 'dataflow-reloaded[imgaug]'" in out.stdout
+    assert ("pip install 'opencv-python-headless>=4.8' 'simplejpeg>=1.7.6' (the extra "
+            "[imgaug] of dataflow-reloaded; in a clone: pip install -e '.[imgaug]')"
+            in out.stdout)
 
 
 _RUN = """

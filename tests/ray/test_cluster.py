@@ -140,10 +140,12 @@ def test_without_ray_the_module_imports_and_the_classes_name_the_extra():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=60).stdout.splitlines()
-    assert out == ["the Ray back end of dataflow needs Ray, which is not installed: "
-                   "pip install 'dataflow-reloaded[ray]'"] * 2 + [
+    hint = ("pip install 'ray[data]>=2.9' (the extra [ray] of dataflow-reloaded; in a clone: "
+            "pip install -e '.[ray]')")
+    assert out == [f"the Ray back end of dataflow needs Ray, which is not installed: {hint}"
+                   ] * 2 + [
         "the Ray Data interop of dataflow needs Ray Data (with pandas and pyarrow), which is "
-        "not installed: pip install 'dataflow-reloaded[ray]'"] * 2
+        f"not installed: {hint}"] * 2
 
 
 def _info(proc: psutil.Process, what: str) -> Any:

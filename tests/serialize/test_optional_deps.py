@@ -27,7 +27,7 @@ def test_import_optional_names_the_extra_or_the_package():
 def test_missing_lmdb(tmp_path, monkeypatch):
     (tmp_path / "db").write_bytes(b"x")
     monkeypatch.setitem(sys.modules, "lmdb", None)  # makes `import lmdb` fail
-    with pytest.raises(ImportError, match=r"pip install 'dataflow-reloaded\[lmdb\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'lmdb>=1\.4' \(the extra \[lmdb\]"):
         LMDBData(tmp_path / "db")
     with pytest.raises(ImportError, match=r"LMDBSerializer needs .*\[lmdb\]"):
         LMDBSerializer.save(flow([[1]]), str(tmp_path / "new"))
@@ -37,7 +37,7 @@ def test_missing_lmdb(tmp_path, monkeypatch):
 def test_missing_h5py(tmp_path, monkeypatch):
     (tmp_path / "a.h5").write_bytes(b"x")
     monkeypatch.setitem(sys.modules, "h5py", None)
-    with pytest.raises(ImportError, match=r"HDF5Data needs .*'dataflow-reloaded\[hdf5\]'"):
+    with pytest.raises(ImportError, match=r"HDF5Data needs .*'h5py>=3\.8' \(the extra \[hdf5\]"):
         HDF5Data(tmp_path / "a.h5", ["a"])
     with pytest.raises(ImportError, match=r"\[hdf5\]"):
         HDF5Serializer.save(flow([[1]]), str(tmp_path / "b.h5"), ["a"])
@@ -51,7 +51,7 @@ def test_missing_tensorflow_only_matters_for_the_tf_reader(tmp_path, monkeypatch
     assert list(builtin) == [[1], [2]]
     tf_reader = TFRecordSerializer.load(tmp_path / "t", reader="tf")
     tf_reader.reset_state()
-    with pytest.raises(ImportError, match=r"pip install 'dataflow-reloaded\[tf\]'"):
+    with pytest.raises(ImportError, match=r"pip install 'tensorflow>=2\.15' \(the extra \[tf\]"):
         list(tf_reader)
 
 

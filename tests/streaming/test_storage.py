@@ -99,7 +99,9 @@ def test_secrets_never_reach_logs_or_reprs(s3_server, aws_env, caplog, data_dir)
 
 def test_missing_extra_is_named(monkeypatch):
     monkeypatch.setitem(sys.modules, "boto3", None)
-    with pytest.raises(ImportError, match=r"dataflow-reloaded\[s3\]"):
+    with pytest.raises(ImportError, match=r"pip install 'boto3>=1\.34' \(the extra \[s3\] of "
+                                          r"dataflow-reloaded; in a clone: pip install -e "
+                                          r"'\.\[s3\]'\)"):
         client_for("s3://b/k")
 
 
@@ -140,11 +142,13 @@ def test_a_scheme_typo_without_fsspec(monkeypatch):
     expected = ("`urls`: 'htp://host/a.tar' has the scheme 'htp', which no storage client "
                 "reads; did you mean 'http'? " + _supported(
                     "other schemes (gs, az, hf, ...) need fsspec, which is not installed: "
-                    "pip install 'dataflow-reloaded[streaming]'."))
+                    "pip install 'fsspec>=2024.1' (the extra [streaming] of "
+                    "dataflow-reloaded; in a clone: pip install -e '.[streaming]')."))
     with pytest.raises(ValueError, match=f"^{re.escape(expected)}$"):
         StreamingShards("htp://host/a.tar")
     # a scheme that is no typo of ours may be fsspec's: the missing extra is named, as before
-    with pytest.raises(ImportError, match=r"dataflow-reloaded\[streaming\]"):
+    with pytest.raises(ImportError, match=r"pip install 'fsspec>=2024\.1' \(the extra "
+                                          r"\[streaming\] of dataflow-reloaded"):
         client_for("gs://b/k")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from dataflow._optional import import_optional
+from dataflow._optional import import_optional, install_hint
 
 __all__ = ["import_cv2", "imread_bgr", "loadmat", "mat_array"]
 
@@ -37,7 +37,7 @@ def loadmat(path: str, owner: str) -> dict[str, Any]:
     except ImportError as e:
         raise ImportError(
             f"{owner} reads MATLAB .mat files with SciPy, which is not installed: "
-            "pip install 'dataflow-reloaded[datasets]'"
+            f"{install_hint('scipy')}"
         ) from e
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{owner}: file {path!r} does not exist.")

@@ -4,7 +4,8 @@
 :class:`Transform` with ``apply_image``, ``apply_coords`` (float ``Nx2`` of ``(x, y)``),
 ``apply_boxes`` and ``apply_mask``; apply one transform to an image and its keypoints to keep
 them consistent. The names and constructor signatures are tensorpack's
-(``tensorpack.dataflow.imgaug``). Needs OpenCV: ``pip install 'dataflow-reloaded[imgaug]'``.
+(``tensorpack.dataflow.imgaug``). Needs OpenCV: ``pip install 'opencv-python-headless>=4.8'``
+(or the extra ``[imgaug]``).
 
 Differences from tensorpack, on purpose:
 

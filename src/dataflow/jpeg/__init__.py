@@ -79,9 +79,10 @@ _FORCED = os.environ.get(FALLBACK_ENV)  # (read once, as DISABLE_ENV: not per im
 
 #: how to get the fast path, for the log line and the profiler's note
 HOW_TO_GET = (
-    "install the binary wheel of dataflow-reloaded (pip install --only-binary dataflow-reloaded "
-    "dataflow-reloaded; it bundles libjpeg-turbo), or install a C compiler and libjpeg-turbo's "
-    "headers (e.g. apt-get install gcc libjpeg62-turbo-dev) and reinstall from source"
+    "install a binary wheel of dataflow-reloaded, which bundles libjpeg-turbo (in a clone, "
+    "`make wheel` builds it into dist/: pip install dist/dataflow_reloaded-*.whl), or install a "
+    "C compiler and libjpeg-turbo's headers (e.g. apt-get install gcc libjpeg62-turbo-dev) and "
+    "reinstall from source (pip install -e . in a clone)"
 )
 
 _COLORS = {"bgr": 0, "rgb": 1, "gray": 2}

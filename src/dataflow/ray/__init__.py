@@ -13,8 +13,8 @@ A multi-node cluster on one machine, for trials and tests:
 Same ``strict`` / ``ordered`` / error / seed / lifecycle / resume semantics as the local back
 ends, plus recovery from lost actors. Ray is imported lazily: this module imports without Ray;
 using the classes without it raises an ``ImportError`` naming
-``pip install 'dataflow-reloaded[ray]'``. If Ray is not initialized, the first flow started
-runs a local Ray (or connects to ``address=``) and the last one closed shuts it down.
+``pip install 'ray[data]>=2.9'`` (or the extra ``[ray]``). If Ray is not initialized, the first
+flow started runs a local Ray (or connects to ``address=``) and the last one closed shuts it down.
 """
 
 from dataflow.ray.data import DataFromRayDataset, to_ray_dataset

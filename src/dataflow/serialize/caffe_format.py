@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from dataflow._optional import install_hint
 from dataflow.serialize._protobuf import varint as _varint
 from dataflow.serialize.lmdb_data import LMDBData, LMDBDataDecoder
 
@@ -91,8 +92,7 @@ def decode_datum(value: bytes) -> list[Any]:
             import cv2
         except ImportError as e:
             raise ImportError(
-                "CaffeLMDB: encoded (JPEG/PNG) datums need OpenCV; "
-                "pip install 'dataflow-reloaded[imgaug]'"
+                f"CaffeLMDB: encoded (JPEG/PNG) datums need OpenCV; {install_hint('cv2')}"
             ) from e
         img = cv2.imdecode(np.frombuffer(d["data"], np.uint8), cv2.IMREAD_UNCHANGED)
         if img is None:

@@ -160,8 +160,8 @@ class LMDBSerializer:
                 message names its index and structure).
             ValueError: ``write_frequency``, ``map_size`` or ``codec`` is invalid.
             OSError: LMDB failed to write (a full disk, a file too large); nothing was saved.
-            ImportError: the ``lmdb`` package is missing (``pip install
-                'dataflow-reloaded[lmdb]'``).
+            ImportError: the ``lmdb`` package is missing (``pip install 'lmdb>=1.4'``, or
+                the extra ``[lmdb]``).
 
         Example::
 

@@ -2,7 +2,7 @@
 ``AugmentImageCoordinates``.
 
 OpenCV is imported when one of these flows is built, never by ``import dataflow``; without it
-the constructors raise an ImportError that names ``pip install 'dataflow-reloaded[imgaug]'``.
+the constructors raise an ImportError that names the command that installs it.
 
 Differences from tensorpack, on purpose:
 

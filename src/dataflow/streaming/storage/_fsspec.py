@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dataflow._optional import import_optional
+from dataflow._optional import extra_hint, import_optional
 from dataflow.streaming.storage.base import RangeBody, StorageClient, TransientError
 
 __all__ = ["FsspecClient"]
@@ -50,7 +50,7 @@ class FsspecClient(StorageClient):
             self._fs = fsspec.filesystem(scheme, **dict(options))
         except ImportError as e:
             extra = {"gs": "gcs", "gcs": "gcs", "az": "azure", "abfs": "azure"}.get(scheme)
-            hint = f"pip install 'dataflow-reloaded[{extra}]'" if extra else str(e)
+            hint = extra_hint(extra) if extra else str(e)
             raise ImportError(f"reading {scheme}:// URLs needs fsspec's backend: {hint}") from e
 
     def size(self, url: str) -> int:

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from dataflow._optional import extra_hint
 from dataflow.streaming.storage.base import StorageClient
 from dataflow.streaming.urls import LOCAL, scheme_of
 
@@ -92,7 +93,7 @@ def check_url(url: str, param: str = "url") -> None:
     fix = f"did you mean {close[0]!r}?" if close else "check the scheme of the URL."
     if fsspec_schemes is None:
         others = ("other schemes (gs, az, hf, ...) need fsspec, which is not installed: "
-                  "pip install 'dataflow-reloaded[streaming]'")
+                  f"{extra_hint('streaming')}")
     else:
         others = "through fsspec: " + ", ".join(s for s in fsspec_schemes if s not in SCHEMES)
     raise ValueError(
