@@ -268,6 +268,9 @@ class SnapshotStore:
     def discard(self, i: int) -> None:
         """Forget the record of index ``i`` (it will be recomputed), here and, through a
         tombstone in this process's shard, in every process that refreshes."""
+        if not 0 <= i < self._size:
+            raise IndexError(f"SnapshotStore.discard: index {i!r} is out of range(0, "
+                             f"{self._size})")
         with self._lock:
             if self._loc.sid[i] < 0:
                 return
@@ -289,8 +292,8 @@ class SnapshotStore:
             if self._writer is not None:
                 self._writer.abandon()
                 self._writer = None
-            for name in os.listdir(self.root):
-                if name.endswith((SUFFIX, INDEX_SUFFIX)) or name.startswith("."):
+            for name in os.listdir(self.root):  # shards, their indexes, indexes half-written
+                if name.endswith((SUFFIX, INDEX_SUFFIX)) or f"{INDEX_SUFFIX}.tmp-" in name:
                     with contextlib.suppress(FileNotFoundError):
                         os.remove(os.path.join(self.root, name))
             for shard in self._shards:
@@ -413,7 +416,7 @@ class SnapshotStore:
             if self._full or (kind == KIND_RECORD and self._loc.sid[i] >= 0):
                 return 0
             try:
-                if self._writer is None:
+                if self._writer is None or self._writer.fd is None:  # none yet, or abandoned
                     self._writer = ShardWriter(self.root)
                     self._own = self._new_reader(self._writer.name)[0]
                 w = self._writer
