@@ -284,7 +284,7 @@ def resize(cluster: Any) -> dict[str, Any]:
 
 
 def jobs(cluster: Any) -> dict[str, Any]:
-    with _service(cluster, "jobs", jobs={"b": {"seed": JOB_B_SEED}}) as svc:
+    with _service(cluster, "jobs", jobs={"a": {}, "b": {"seed": JOB_B_SEED}}) as svc:
         # (equal demand: each keeps many inputs asked for, so that a reader thread that the
         # OS or the GIL holds back for a moment still has work queued at the workers)
         readers = {job: _consumer(svc.address, job=job, prefetch=256)

@@ -10,10 +10,11 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 import dataflow as df
 from dataflow.parallel.autotuning.budget import cpu_budget
-from dataflow.service import DataService, ServiceData
+from dataflow.service import DataService, ServiceData, ServiceError
 from tests.helpers import read_at_once, wait_until
 from tests.service import pipelines
 
@@ -51,7 +52,12 @@ def test_jobs_read_their_own_pipelines_and_seeds():
                      jobs=jobs) as svc:
         evaluation = _epoch(svc.address, job="eval")
         doubled = _epoch(svc.address, job="double")
-        default = _epoch(svc.address, job="anything")
+        default = _epoch(svc.address, job="default")
+        # a job name that is none of them (a typo) is an error listing the jobs
+        with pytest.raises(ServiceError, match=r"`job` 'evl' is not a job of the DataService "
+                           rf"at {svc.address}; its jobs are \['double', 'eval'\] \(and "
+                           r"'default', the service's own pipeline\)"):
+            _consumer(svc.address, job="evl")
         assert svc.stats()["jobs"] == {"eval": {"n": 12, "seed": 9, "shuffle": False},
                                        "double": {"n": 40, "seed": 5, "shuffle": True}}
     with DataService(pipelines.source(40), pipelines.tag, num_workers=1, seed=5) as alone:
@@ -80,7 +86,7 @@ def test_a_finished_jobs_name_is_used_again():
 def test_jobs_that_want_more_than_the_pool_get_equal_shares(monkeypatch):
     monkeypatch.setenv("SVC_SLEEP", "0.004")  # (read by the workers: they start after this)
     with DataService(pipelines.source(5000), pipelines.tag, num_workers=2, seed=1,
-                     jobs={"b": {"seed": 2}}) as svc:
+                     jobs={"a": {}, "b": {"seed": 2}}) as svc:
         counts: dict[str, int] = {}
         # (equal demand: each keeps many inputs asked for, so that a reader thread that the
         # OS or the GIL holds back for a moment still has work queued at the workers)
@@ -176,14 +182,16 @@ def test_stats_show_queues_bytes_and_the_pool():
         assert set(stats) == {"address", "instance", "backend", "datapoints", "seed",
                               "shuffle", "uptime", "jobs", "num_workers", "workers",
                               "consumers", "restarts", "autotune", "dropped", "bytes_out",
-                              "bottleneck", "dispatcher_cpu_seconds"}
+                              "bottleneck", "dispatcher_cpu_seconds", "identity",
+                              "dropped_by_cause"}
         assert (stats["backend"], stats["num_workers"], stats["autotune"]) == ("process", 2, None)
         assert {w["worker"] for w in stats["workers"]} == {0, 1}
         assert set(stats["workers"][0]) == {"worker", "generation", "address", "busy", "items",
-                                            "items_per_second", "bytes_out", "dropped",
-                                            "queued"}
+                                            "items_per_second", "rate", "rate_10s",
+                                            "bytes_out", "dropped", "queued"}
         assert set(consumer) == {"job", "rank", "world_size", "received", "wait",
-                                 "items_per_second", "bytes_in", "in_flight", "ready"}
+                                 "items_per_second", "rate", "rate_10s", "skipped",
+                                 "bytes_in", "in_flight", "ready"}
         # at the end of the epoch nothing is asked for or waits to be yielded
         assert (consumer["in_flight"], consumer["ready"]) == (0, 0)
         assert 50 * 64 * 64 * 3 <= consumer["bytes_in"] <= stats["bytes_out"]

@@ -447,9 +447,11 @@ def test_two_jobs_on_one_pool_are_each_exact():
             t.join(timeout=60)
         ref = _consumer(svc.address, job="c")
         want = [list(dp) for dp in ref]
+        jobs = {c["job"] for c in svc.stats()["consumers"]}
         for c in (a, b, ref):
             c.close()
-        jobs = {c["job"] for c in svc.stats()["consumers"]}
+        # (a consumer that closes says goodbye: it no longer counts)
+        assert wait_until(lambda: svc.stats()["consumers"] == [], 10)
     assert outs["a"] == outs["b"] == want
     assert jobs == {"a", "b", "c"}
 

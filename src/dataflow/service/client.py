@@ -19,11 +19,15 @@ import numpy as np
 
 from dataflow.base import DataFlow
 from dataflow.errors import DataFlowError, WorkerError
+from dataflow.policy import make_policy
 from dataflow.service import plan, protocol
 from dataflow.state import EpochCounter, check_state, mismatch
 from dataflow.validation import check_choice, check_seconds
 
 __all__ = ["ServiceData", "ServiceError"]
+
+#: the job name under which a consumer reads the service's own pipeline
+DEFAULT_JOB = "default"
 
 #: seconds between two heartbeats to the dispatcher
 HEARTBEAT = 0.25
@@ -36,6 +40,31 @@ RING_BYTES = 16 * 1024 * 1024
 
 class ServiceError(DataFlowError, ConnectionError):
     """The service cannot be reached, refused this consumer, or closed."""
+
+
+def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """What differs between two pipeline identities, ``key: old -> new`` (empty: the same)."""
+    keys = sorted(set(old) | set(new))
+    return "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
+                     if old.get(k) != new.get(k))
+
+
+class _Failed:
+    """An input whose map call failed (raised, ended its worker, or gave an output that
+    cannot travel), held in its turn's place."""
+
+    __slots__ = ("index", "message", "traceback", "type", "worker")
+
+    def __init__(self, type_: str, message: str, traceback: str, worker: int | None,
+                 index: int) -> None:
+        self.type, self.message, self.traceback = type_, message, traceback
+        self.worker, self.index = worker, index
+
+
+#: "no output yet": a skipped first input of an epoch is stood in for by the next output
+_PENDING: Any = object()
+#: an input whose map call ended its worker's process this many times is not asked again
+CRASHES = 2
 
 
 class ServiceData(EpochCounter, DataFlow):
@@ -56,7 +85,8 @@ class ServiceData(EpochCounter, DataFlow):
 
     def __init__(self, address: str, *, rank: int | None = None, world_size: int | None = None,
                  job: str = "default", partial: str = "drop", timeout: float = 30.0,
-                 token: str | None = None, prefetch: int = 64) -> None:
+                 token: str | None = None, prefetch: int = 64, on_error: str = "raise",
+                 max_errors: int | float | None = None) -> None:
         protocol.host_of(address)  # (validated now)
         self.address = address
         self._rank_arg, self._world_arg = rank, world_size
@@ -69,14 +99,20 @@ class ServiceData(EpochCounter, DataFlow):
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"`prefetch` must be a positive int, got {prefetch!r}.")
         self.prefetch = prefetch
+        self.on_error, self.max_errors = on_error, max_errors
+        self._policy = make_policy("ServiceData", on_error, max_errors)
+        self._skipped = 0  # inputs skipped since this consumer was made
         self.rank, self.world_size = 0, 1
         self._config: dict[str, Any] | None = None
         self._start = 0  # global positions consumed before this world size took over
         self._ctx: Any = None
         self._ctl: Any = None
         self._socks: dict[str, Any] = {}  # a worker's address -> a socket connected to it
+        self._asked: set[str] = set()  # the workers this consumer asked something
         self._rings: dict[str, tuple[str, Any]] = {}  # a worker's address -> its ring, if any
         self._received = 0
+        self._dropped = 0  # messages that did not match the protocol
+        self._identity: dict[str, Any] | None = None  # the pipeline this consumer reads
         self._waited = 0.0
         self._bytes = 0
         self._t0 = time.monotonic()
@@ -131,6 +167,7 @@ class ServiceData(EpochCounter, DataFlow):
             if self._ctl.poll(int(min(left, 0.5) * 1000)):
                 msg = self._receive_ctl()
                 if msg is not None and msg["op"] == "config":
+                    self._check_identity(msg)
                     return msg
             elif first:  # (asked again: a service that restarted lost what it had queued)
                 self._send_ctl({"op": "hello"})
@@ -138,7 +175,9 @@ class ServiceData(EpochCounter, DataFlow):
     def _receive_ctl(self) -> dict[str, Any] | None:
         try:
             msg = protocol.decode(self._ctl.recv())
+            protocol.check(msg, "consumer")
         except ValueError:
+            self._dropped += 1
             return None
         if msg["op"] == "refused":
             raise ServiceError(f"ServiceData: the DataService at {self.address} refused this "
@@ -159,13 +198,13 @@ class ServiceData(EpochCounter, DataFlow):
             if addr not in live:
                 self._socks.pop(addr).close(linger=0)
                 self._drop_ring(addr)
+                self._asked.discard(addr)
         for addr in live:
             if addr not in self._socks:
                 sock = self._ctx.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.connect(addr)
                 self._socks[addr] = sock
-                self._new_ring(addr)
         return live
 
     def _new_ring(self, addr: str) -> None:
@@ -193,6 +232,30 @@ class ServiceData(EpochCounter, DataFlow):
                 os.unlink(os.path.join(SHM_DIR, entry[0]))
             entry[1].close()
 
+    def _check_identity(self, config: dict[str, Any]) -> None:
+        """The pipeline of this consumer's job at the address must be the one it read so far
+        (a service restarted with the same arguments is; another one is an error)."""
+        jobs = config.get("jobs") or {}
+        if jobs and self.job not in jobs and self.job != DEFAULT_JOB:
+            raise ServiceError(
+                f"ServiceData: `job` {self.job!r} is not a job of the DataService at "
+                f"{self.address}; its jobs are {sorted(jobs)} (and {DEFAULT_JOB!r}, the "
+                "service's own pipeline). Pass one of them as job=, or add it to the "
+                "service's jobs=.")
+        identity = (jobs.get(self.job) or config).get("identity")
+        if not isinstance(identity, dict):
+            return
+        if self._identity is None:
+            self._identity = identity
+            return
+        differ = identity_diff(self._identity, identity)
+        if differ:
+            raise ServiceError(
+                f"ServiceData: the DataService at {self.address} now serves another pipeline "
+                f"for job {self.job!r} than the one this consumer read ({differ}); its outputs "
+                "would not continue this run. Restart the service with the same arguments, "
+                "or start a new run (a new ServiceData, no load_state_dict).")
+
     def _cfg(self) -> dict[str, Any]:
         if self._config is None:
             self.reset_state()
@@ -217,6 +280,12 @@ class ServiceData(EpochCounter, DataFlow):
         token, start = self._begin()
         if not restored:
             self._start = 0  # (a restore with another world size shifts its own epoch only)
+        if self._policy is not None:
+            size = plan.steps_per_rank(cfg["n"], self.world_size, self._start, self.partial)
+            if restored and start:
+                self._policy.continue_epoch(size)
+            else:
+                self._policy.begin_epoch(size)
         epoch = self._epoch - 1
         positions, indices = plan.rank_steps(cfg["n"], cfg["seed"], epoch, cfg["shuffle"],
                                              self.rank, self.world_size, self._start,
@@ -239,12 +308,22 @@ class ServiceData(EpochCounter, DataFlow):
         last_beat = last_answer = time.monotonic()
         poller, polled = zmq.Poller(), None  # (built at the first wait, with the sockets)
 
+        turn = [0]
+
         def ask(items: list[tuple[int, int]]) -> None:
-            for k in range(0, len(items), CHUNK):
-                chunk = items[k:k + CHUNK]
-                w = min(live, key=lambda key: load.get(key, 0))
+            # chunks small enough that every worker gets some, to the least loaded first
+            # (a tie to the next in turn, not always to the first)
+            size = max(1, min(CHUNK, len(items) // max(len(live), 1)))
+            for k in range(0, len(items), size):
+                chunk = items[k:k + size]
+                turn[0] += 1
+                order = live[turn[0] % len(live):] + live[:turn[0] % len(live)]
+                w = min(order, key=lambda key: load.get(key, 0))
                 msg = {"op": "map", "token": self.token, "j": job,
                        "items": [[epoch, p, i] for p, i in chunk]}
+                if w not in self._asked:
+                    self._asked.add(w)
+                    self._new_ring(w)  # (a ring only for a worker that is asked)
                 if w in self._rings:
                     msg["ring"] = self._rings[w][0]
                 self._socks[w].send(protocol.encode(msg))
@@ -253,6 +332,8 @@ class ServiceData(EpochCounter, DataFlow):
                     where[p] = (w, (p, i))
 
         k = 0
+        last: Any = _PENDING  # the last output yielded (stands in for a skipped one)
+        owed = 0  # skipped outputs before the first one of the epoch, to yield with it
         while k < len(todo):
             want_pos = todo[k][0]
             while want_pos not in ready:
@@ -291,10 +372,23 @@ class ServiceData(EpochCounter, DataFlow):
                             continue
                         # (the dispatcher's answers do not reset the timeout: it can answer
                         # while the workers give nothing)
+                        self._check_identity(msg)
                         self._config = msg
                         changed = msg.get("instance") != instance
                         instance = msg.get("instance")
                         live = self._worker_sockets(msg)
+                        # an input whose map call ended its worker's process twice is not
+                        # asked again: it failed
+                        for c_job, c_epoch, c_pos, c_index, count, cause in \
+                                msg.get("crashed", ()):
+                            if c_job == job and c_epoch == epoch and c_pos in where \
+                                    and count >= CRASHES:
+                                w, _ = where.pop(c_pos)
+                                load[w] = max(0, load.get(w, 0) - 1)
+                                ready[c_pos] = _Failed(
+                                    "WorkerCrash", f"the worker's process ended while mapping "
+                                    f"it, {count} times ({cause}); not asked again", "",
+                                    None, c_index)
                         # what was asked of workers that are gone (or of a service that
                         # restarted) is asked again
                         lost = [p for p, (w, _) in where.items()
@@ -315,9 +409,23 @@ class ServiceData(EpochCounter, DataFlow):
                         f"{self.job!r}, epoch {epoch}, output {self._pos}).")
             out = ready.pop(want_pos)
             k += 1
-            self._pos += 1
-            self._received += 1
-            yield out
+            if isinstance(out, _Failed):
+                out = self._failed(out, epoch, want_pos, last)
+                if out is _PENDING:  # (no output yet in this epoch to stand in: the next)
+                    owed += 1
+                    continue
+            else:
+                last = out
+            if self._policy is not None:
+                self._policy.seen += 1 + owed
+            for _ in range(1 + owed):
+                self._pos += 1
+                self._received += 1
+                yield out
+            owed = 0
+        if owed:  # (every input of this rank's epoch failed)
+            raise ServiceError(f"ServiceData: every input of epoch {epoch} of rank "
+                               f"{self.rank} failed; nothing to yield in their place.")
         self._report(time.monotonic(), len(where), len(ready))  # (the epoch's last figures)
         self._end(token)
 
@@ -327,7 +435,9 @@ class ServiceData(EpochCounter, DataFlow):
         released = ring[1].tail[0] if ring is not None else 0
         try:
             msg = protocol.decode_frames(frames, ring[1] if ring is not None else None)
+            protocol.check(msg, "consumer")
         except ValueError:
+            self._dropped += 1
             return
         # bytes in: the frames, and what the answer's arrays took in the shared ring
         self._bytes += sum(len(f) for f in frames)
@@ -336,11 +446,12 @@ class ServiceData(EpochCounter, DataFlow):
         if msg.get("nr") and ring is not None:
             self._new_ring(key)  # (the worker let the ring go: it was unused for long)
         if msg["op"] == "err":
-            p = msg.get("p")
-            if msg.get("e") == epoch and p in where:
-                raise WorkerError(str(msg.get("type")), str(msg.get("message")),
-                                  str(msg.get("traceback", "")), msg.get("worker"), p,
-                                  "DataService")
+            p = msg["p"]
+            if msg["e"] == epoch and p in where:  # (raised, or skipped, at its turn)
+                w, (_p, index) = where.pop(p)
+                load[w] = max(0, load.get(w, 0) - 1)
+                ready[p] = _Failed(msg["type"], msg["message"], msg.get("traceback", ""),
+                                   msg.get("worker"), index)
             return
         outs = msg.get("o")
         if msg["op"] != "out" or not isinstance(outs, list):
@@ -355,12 +466,25 @@ class ServiceData(EpochCounter, DataFlow):
             load[w] = max(0, load.get(w, 0) - 1)
             ready[p] = result
 
+    def _failed(self, failure: _Failed, epoch: int, pos: int, last: Any) -> Any:
+        """An input that failed at its turn: raised (``on_error="raise"``), or counted and
+        stood in for by the last output (``"skip"``/``"warn"``; past ``max_errors``: an
+        ``ErrorBudgetError``)."""
+        where = f"DataService, epoch {epoch} position {pos}"
+        error = WorkerError(failure.type, failure.message, failure.traceback, failure.worker,
+                            failure.index, where)
+        if self._policy is None:
+            raise error
+        self._policy.failed(failure.index, f"{failure.type}: {failure.message} ({where})")
+        self._skipped += 1
+        return last
+
     def _report(self, now: float, in_flight: int, ready: int) -> None:
         """The figures of ``stats()``: outputs received, seconds waited for them, bytes in,
         and the queue: outputs asked for and not answered, answered and not yet yielded."""
         self._send_ctl({"op": "report", "received": self._received, "waited": self._waited,
                         "elapsed": now - self._t0, "bytes": self._bytes,
-                        "in_flight": in_flight, "ready": ready})
+                        "in_flight": in_flight, "ready": ready, "skipped": self._skipped})
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -371,7 +495,9 @@ class ServiceData(EpochCounter, DataFlow):
         cfg = cfg.get("jobs", {}).get(self.job) or cfg
         return {"type": "ServiceData", **self._counters(), "rank": self.rank,
                 "world_size": self.world_size, "start": self._start, "job": self.job,
-                "partial": self.partial, "size": cfg.get("n")}
+                "partial": self.partial, "size": cfg.get("n"),
+                "pipeline": cfg.get("identity") or self._identity,
+                **({"errors": self._policy.state()} if self._policy is not None else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue the saved epoch. With the same world size, this rank goes on after its
@@ -382,6 +508,17 @@ class ServiceData(EpochCounter, DataFlow):
         if state.get("size") not in (None, n):
             raise mismatch(self, "a dataset of", n, state.get("size"),
                            "the service serves another dataset than the saved run's.")
+        saved = state.get("pipeline")
+        now = self._job().get("identity")
+        if isinstance(saved, dict) and isinstance(now, dict):
+            differ = identity_diff(saved, now)
+            if differ:
+                raise mismatch(self, "the pipeline", now, saved,
+                               f"the service at {self.address} serves another pipeline than "
+                               f"the saved run's ({differ}); restart it with the saved run's "
+                               "arguments, or start a new run without load_state_dict.")
+        if self._policy is not None and "errors" in state:
+            self._policy.load(state["errors"])
         start, world, pos = int(state["start"]), int(state["world_size"]), int(state["pos"])
         if world == self.world_size and not state["done"]:
             self._start = start
@@ -391,6 +528,9 @@ class ServiceData(EpochCounter, DataFlow):
             self.restore_epoch({**state, "pos": 0})
 
     def close(self) -> None:
+        if self._ctl is not None:  # (no longer reading: its world size no longer counts)
+            with contextlib.suppress(Exception):
+                self._send_ctl({"op": "bye"})
         for sock in self._socks.values():
             sock.close(linger=0)
         self._socks.clear()
@@ -442,5 +582,6 @@ class ServiceData(EpochCounter, DataFlow):
             if msg is not None and msg["op"] == "stats":
                 return msg.get("stats")
             if msg is not None and msg["op"] == "config":
+                self._check_identity(msg)
                 self._config = msg
         return None

@@ -31,7 +31,13 @@ from typing import Any
 from dataflow.parallel._bootstrap import get_context, limited_thread_env, parent_info
 from dataflow.service.worker import BEAT_INTERVAL, worker_main
 
-__all__ = ["Pool", "PoolWorker", "ProcessPool", "WorkerSpec"]
+__all__ = ["Pool", "PoolWorker", "ProcessPool", "Waiting", "WorkerSpec"]
+
+#: a worker that ends within this many seconds of its start ends "quickly": its slot's next
+#: start waits, longer each time (a crash loop backs off)
+QUICK = 5.0
+#: the first wait and the longest one, in seconds
+BACKOFF_FIRST, BACKOFF_MAX = 0.2, 5.0
 
 
 @dataclass
@@ -67,6 +73,9 @@ class PoolWorker:
         self.alive_at = self.started  # (the last sign of life the pool saw)
         self.ticks: int | None = None  # (its process's CPU time, when last read)
         self.why: str | None = None  # (why it was lost, once it was)
+        #: the input its map call was on when its process ended: (job number, epoch,
+        #: position, index), or None
+        self.crashed_on: tuple[int, int, int, int] | None = None
 
     def figures(self) -> tuple[float, ...]:
         """``(busy seconds, items, bytes out, dropped messages)`` since it started, and the
@@ -79,6 +88,17 @@ class PoolWorker:
         ticks = process_cpu_ticks(pid)
         if ticks is not None and ticks != self.ticks:
             self.ticks, self.alive_at = ticks, now
+
+
+class Waiting(PoolWorker):
+    """A slot whose next worker starts at ``due`` (its last ones ended quickly)."""
+
+    def __init__(self, wid: int, generation: int, due: float) -> None:
+        super().__init__(wid, generation)
+        self.due = due
+
+    def figures(self) -> tuple[float, ...]:
+        return (0.0, 0.0, 0.0, 0.0, 0.0)
 
 
 class _ProcessWorker(PoolWorker):
@@ -97,6 +117,7 @@ class Pool:
 
     _workers: list[Any]
     restarts: int
+    _quick: dict[int, int]  # slot -> how many of its workers ended quickly in a row
     #: seconds without a sign of life after which a started worker is replaced (None: never)
     worker_timeout: float | None = None
 
@@ -110,12 +131,29 @@ class Pool:
         return list(self._workers)
 
     def _replace(self, k: int, w: Any, lost: list[PoolWorker]) -> None:
-        """Stop worker ``w`` (slot ``k``), start the next generation of its slot."""
+        """Stop worker ``w`` (slot ``k``), start the next generation of its slot: at once,
+        or, when its last workers ended quickly one after another, after a wait that doubles
+        each time (up to :data:`BACKOFF_MAX`)."""
         lost.append(w)
         self._stop(w)
         self._lost(w)
-        self._workers[k] = self._spawn(w.wid, w.generation + 1)
+        quick = self._quick
+        now = time.monotonic()
+        quick[w.wid] = quick.get(w.wid, 0) + 1 if now - w.started < QUICK else 0
+        if quick[w.wid] >= 2:
+            wait = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (quick[w.wid] - 2))
+            self._workers[k] = Waiting(w.wid, w.generation + 1, now + wait)
+        else:
+            self._workers[k] = self._spawn(w.wid, w.generation + 1)
         self.restarts += 1
+
+    def _start_due(self, now: float) -> None:
+        """Start the workers whose wait is over."""
+        for k, w in enumerate(self._workers):
+            if isinstance(w, Waiting) and now >= w.due:
+                new = self._spawn(w.wid, w.generation)
+                new.started = w.started  # (a quick end counts from the wait's start)
+                self._workers[k] = new
 
     def _lost(self, w: Any) -> None:
         """What a pool learns from a lost worker before it starts the next one."""
@@ -125,6 +163,8 @@ class Pool:
         if self.worker_timeout is None:
             return
         for k, w in enumerate(list(self._workers)):
+            if isinstance(w, Waiting):
+                continue
             if w.address is not None and now - w.alive_at > self.worker_timeout:
                 w.why = (f"no sign of life for {now - w.alive_at:.1f} s (a frozen process or "
                          "an unreachable node): killed")
@@ -135,7 +175,9 @@ class Pool:
         while len(self._workers) < n:
             self._workers.append(self._spawn(len(self._workers), 0))
         while len(self._workers) > max(n, 0):
-            self._stop(self._workers.pop())
+            w = self._workers.pop()
+            if not isinstance(w, Waiting):
+                self._stop(w)
 
 
 class ProcessPool(Pool):
@@ -152,11 +194,14 @@ class ProcessPool(Pool):
         self._parent = parent_info()
         self._workers: list[_ProcessWorker] = []
         self.restarts = 0
+        self._quick = {}
 
     def _spawn(self, wid: int, generation: int) -> _ProcessWorker:
         recv, send = multiprocessing.Pipe(duplex=False)
-        # busy seconds, items, bytes out, dropped messages, inputs queued; heartbeats
-        counters = self._ctx.Array("d", 6, lock=False)
+        # busy seconds, items, bytes out, dropped messages, inputs queued; heartbeats; the
+        # input being mapped (job number or -1, epoch, position, index)
+        counters = self._ctx.Array("d", 10, lock=False)
+        counters[6] = -1
         proc = self._ctx.Process(
             target=worker_main, name=f"dataflow-service-worker-{wid}",
             args=(wid, self._parent, self.spec.pipelines, self.spec.host, self.spec.token,
@@ -171,13 +216,18 @@ class ProcessPool(Pool):
         died or fell silent. Returns the workers that were lost."""
         lost: list[PoolWorker] = []
         now = time.monotonic()
+        self._start_due(now)
         for k, w in enumerate(list(self._workers)):
+            if isinstance(w, Waiting):
+                continue
             if w.address is None:
                 with contextlib.suppress(EOFError, OSError):
                     if w.pipe.poll():
                         w.address = w.pipe.recv()
                         w.alive_at = now
             if w.proc.exitcode is not None:
+                if w.counters[6] >= 0:  # (its map call ended the process)
+                    w.crashed_on = tuple(int(x) for x in w.counters[6:10])  # type: ignore
                 self._replace(k, w, lost)
                 continue
             beats = w.counters[5]
@@ -193,7 +243,7 @@ class ProcessPool(Pool):
 
     def pids(self) -> list[int]:
         """The workers' process ids (the benchmarks and tests kill them)."""
-        return [w.proc.pid for w in self._workers]
+        return [w.proc.pid for w in self._workers if not isinstance(w, Waiting)]
 
     def _stop(self, w: _ProcessWorker) -> None:
         with contextlib.suppress(Exception):
@@ -204,7 +254,8 @@ class ProcessPool(Pool):
             w.pipe.close()
 
     def close(self) -> None:
-        workers, self._workers = self._workers, []
+        workers = [w for w in self._workers if not isinstance(w, Waiting)]
+        self._workers = []
         for w in workers:
             with contextlib.suppress(Exception):
                 w.proc.kill()

@@ -20,27 +20,170 @@ failed, ``{"op": "err", "e", "p", "type", "message", "traceback"}``. Arrays of t
 travel as frames of their own, or in the consumer's ring (:func:`encode_frames`).
 
 Dispatcher -> consumers, when the service closes: ``closed``.
+
+:data:`OPS` is the one table of every operation and the type of each of its fields, for each
+receiver (the dispatcher, a worker, a consumer); :func:`check` validates a decoded message
+against it before any of its fields is used. A message that fails is dropped and counted by
+cause (:class:`Invalid`); a field not in the table is refused as well, so that nothing a sender
+adds reaches the code unchecked.
 """
 
 from __future__ import annotations
 
 import hmac
 import ipaddress
+import math
 import os
 import socket
 import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlparse
 
 from dataflow.parallel.remote import dumps_msgpack, loads_msgpack
 
-__all__ = ["TOKEN_ENV", "decode", "encode", "host_of", "is_loopback", "new_instance",
-           "token_ok"]
+__all__ = ["OPS", "TOKEN_ENV", "Invalid", "check", "decode", "encode", "host_of",
+           "is_loopback", "new_instance", "token_ok"]
 
 #: the environment variable that holds the shared secret when ``token=`` is not given
 TOKEN_ENV = "DATAFLOW_SERVICE_TOKEN"
 #: arrays of at least this many bytes travel as frames of their own (no copy when sent)
 ARRAY_FRAME_BYTES = 4096
+
+
+#: the most items one ``map`` request may ask (a consumer asks a few at a time)
+MAX_ITEMS = 1024
+#: the longest string a field may hold (names, tokens, addresses); error texts may hold more
+MAX_NAME = 1024
+MAX_TEXT = 1 << 20
+#: the largest int a count, an epoch, a position or an index may be
+MAX_INT = (1 << 63) - 1
+
+
+class Invalid(ValueError):  # noqa: N818 (a reason to drop a message, not an error raised to users)
+    """A message that does not match :data:`OPS`; ``cause`` is what ``stats()["dropped_by_cause"]``
+    counts it under (a few words, never a value taken from the message)."""
+
+    def __init__(self, cause: str) -> None:
+        super().__init__(cause)
+        self.cause = cause
+
+
+def _int(lo: int, hi: int = MAX_INT) -> Callable[[Any], bool]:
+    return lambda v: type(v) is int and lo <= v <= hi
+
+
+def _str(lo: int, hi: int) -> Callable[[Any], bool]:
+    return lambda v: type(v) is str and lo <= len(v) <= hi
+
+
+def _seconds(v: Any) -> bool:
+    return type(v) in (int, float) and math.isfinite(v) and 0 <= v <= 1e12
+
+
+def _items(v: Any) -> bool:
+    return type(v) is list and 0 < len(v) <= MAX_ITEMS and all(
+        type(x) is list and len(x) == 3 and all(type(k) is int and 0 <= k <= MAX_INT for k in x)
+        for x in v)
+
+
+def _workers(v: Any) -> bool:
+    return type(v) is list and len(v) <= 1 << 16 and all(
+        type(x) is list and len(x) == 3 and type(x[0]) is int and type(x[1]) is int
+        and type(x[2]) is str and len(x[2]) <= MAX_NAME for x in v)
+
+
+def _pipeline(v: Any) -> bool:
+    return type(v) is dict and NAT(v.get("n")) and type(v.get("seed")) is int \
+        and type(v.get("shuffle")) is bool and (
+            "identity" not in v or (type(v["identity"]) is dict
+                                    and all(type(k) is str for k in v["identity"])))
+
+
+def _jobs(v: Any) -> bool:
+    return type(v) is dict and len(v) <= 1 << 16 and all(
+        type(k) is str and _pipeline(x) for k, x in v.items())
+
+
+def _crashed(v: Any) -> bool:
+    return type(v) is list and len(v) <= 1 << 12 and all(
+        type(x) is list and len(x) == 6 and type(x[0]) is str
+        and all(type(k) is int and k >= 0 for k in x[1:5]) and type(x[5]) is str for x in v)
+
+
+def _bool(v: Any) -> bool:
+    return type(v) is bool
+
+
+def _dict(v: Any) -> bool:
+    return type(v) is dict
+
+
+def _list(v: Any) -> bool:
+    return type(v) is list
+
+
+NAT = _int(0)
+_TOKEN = _str(0, MAX_NAME)
+_NAME = _str(0, MAX_NAME)
+_TEXT = _str(0, MAX_TEXT)
+#: what a consumer tells the dispatcher about itself in every message
+_CONSUMER = {"token": _TOKEN, "job": _str(1, 256), "rank": _int(0, (1 << 31) - 1),
+             "world_size": _int(1, 1 << 31)}
+
+#: receiver -> op -> field -> its check; ``op`` is implied, and the fields in ``REQUIRED``
+#: must be there (every other one may be left out)
+OPS: dict[str, dict[str, dict[str, Callable[[Any], bool]]]] = {
+    "dispatcher": {
+        "hello": _CONSUMER,
+        "workers": _CONSUMER,
+        "bye": _CONSUMER,
+        "stats": _CONSUMER,
+        "report": {**_CONSUMER, "received": NAT, "waited": _seconds, "elapsed": _seconds,
+                   "bytes": NAT, "in_flight": NAT, "ready": NAT, "skipped": NAT},
+    },
+    "worker": {
+        "map": {"token": _TOKEN, "j": _str(0, 256), "items": _items, "ring": _str(1, 255)},
+    },
+    "consumer": {
+        "config": {"instance": _NAME, "n": NAT, "seed": _int(-MAX_INT - 1), "shuffle": _bool,
+                   "identity": _dict, "jobs": _jobs, "workers": _workers, "service": _NAME,
+                   "crashed": _crashed},
+        "refused": {"error": _TEXT},
+        "closed": {"service": _NAME},
+        "stats": {"stats": _dict},
+        "out": {"o": _list, "nr": NAT},
+        "err": {"e": NAT, "p": NAT, "type": _TEXT, "message": _TEXT, "traceback": _TEXT,
+                "worker": _int(-1), "index": _int(-1), "kind": _NAME},
+    },
+}
+#: the fields an op cannot do without
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "map": ("items",), "config": ("instance", "n", "seed", "shuffle", "workers"),
+    "out": ("o",), "err": ("e", "p", "type", "message"), "refused": ("error",),
+    "stats": (),
+}
+
+
+def check(msg: dict[str, Any], receiver: str) -> str:
+    """The op of ``msg`` (a decoded message) once every field is of the type and in the range
+    :data:`OPS` gives for ``receiver``; else :class:`Invalid` naming the op and the field."""
+    op = msg["op"]
+    fields = OPS[receiver].get(op)
+    if fields is None:
+        raise Invalid("unknown op")
+    for key, value in msg.items():
+        if key == "op":
+            continue
+        ok = fields.get(key)
+        if ok is None:
+            raise Invalid(f"{op}: unknown field")
+        if not ok(value):
+            raise Invalid(f"{op}.{key}: wrong type or range")
+    for key in REQUIRED.get(op, ()):
+        if key not in msg:
+            raise Invalid(f"{op}.{key}: missing")
+    return op
 
 
 def encode(msg: dict[str, Any]) -> bytes:
@@ -71,10 +214,20 @@ def encode_frames(msg: dict[str, Any], ring: Any = None) -> list[Any]:
         if isinstance(obj, list | tuple):
             return [strip(x) for x in obj]
         if isinstance(obj, dict):
+            for k in obj:
+                if type(k) not in _KEY_TYPES or k == b"nd":
+                    raise TypeError(
+                        f"a dict key {k!r:.40} ({type(k).__name__}) cannot travel: a receiver "
+                        "could not decode it (keys must be str, int, float or bytes other "
+                        "than b'nd')")
             return {k: strip(v) for k, v in obj.items()}
         return obj
 
     return [dumps_msgpack(strip(msg)), *buffers]
+
+
+#: the dict keys that msgpack decodes as they were sent
+_KEY_TYPES = (str, int, float, bytes, bool, type(None))
 
 
 def decode_frames(frames: list[Any], ring: Any = None) -> dict[str, Any]:

@@ -56,7 +56,7 @@ from typing import Any
 
 from dataflow import rng as _rng
 from dataflow.service import protocol
-from dataflow.service.pool import Pool, PoolWorker, WorkerSpec
+from dataflow.service.pool import Pool, PoolWorker, Waiting, WorkerSpec
 
 __all__ = ["RayPool", "RemoteService"]
 
@@ -99,7 +99,8 @@ class _WorkerActor:
         self.worker_id, self.pipelines, self.host, self.token = worker_id, pipelines, host, token
         self.global_seed = global_seed
         # busy seconds, items, bytes out, dropped messages, inputs waiting in its queues
-        self.counters = [0.0, 0.0, 0.0, 0.0, 0.0]
+        # (then the input being mapped: job number, or -1 for none; epoch, position, index)
+        self.counters = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0]
         self.stopping = threading.Event()
         self.bound = threading.Event()
         self.address: str | None = None
@@ -135,7 +136,7 @@ class _WorkerActor:
         return self.address, os.getpid(), _ray().get_runtime_context().get_node_id()
 
     def figures(self) -> list[float]:
-        return list(self.counters)
+        return list(self.counters[:5])
 
     def stop(self) -> None:
         self.stopping.set()
@@ -318,6 +319,7 @@ class RayPool(Pool):
         self._cls = ray.remote(_WorkerActor)
         self._down: set[str] = set()  # nodes of lost workers whose raylet did not answer
         self._workers: list[_ActorWorker] = []
+        self._quick = {}
         self._cpus: tuple[float, int] = (-CPUS_INTERVAL, 1)  # (read at, CPUs)
         self.restarts = 0
         self.share = _ClusterShare(self)
@@ -382,8 +384,11 @@ class RayPool(Pool):
         """Read what the workers answered (addresses, figures) without waiting; replace each
         worker whose actor is gone. Returns the workers that were lost."""
         ray = self._ray
+        self._start_due(time.monotonic())
         refs = []
         for w in self._workers:
+            if isinstance(w, Waiting):
+                continue
             refs.append(w.run_ref)
             if w.address is None and w.where_ref is not None:
                 refs.append(w.where_ref)
@@ -393,6 +398,8 @@ class RayPool(Pool):
         lost: list[PoolWorker] = []
         now = time.monotonic()
         for k, w in enumerate(list(self._workers)):
+            if isinstance(w, Waiting):
+                continue
             if w.run_ref in ready:  # (run() ends only with its actor)
                 w.error = self._outcome(w.run_ref)
                 self._replace(k, w, lost)
@@ -436,7 +443,8 @@ class RayPool(Pool):
 
     def pids(self) -> list[int]:
         """The process ids of the workers that listen (on their nodes)."""
-        return [w.pid for w in self._workers if w.pid is not None]
+        return [w.pid for w in self._workers
+                if not isinstance(w, Waiting) and w.pid is not None]
 
     def _stop(self, w: _ActorWorker) -> None:
         with contextlib.suppress(Exception):
@@ -446,7 +454,8 @@ class RayPool(Pool):
         """Kill every worker actor and wait (a bounded time) until they are gone."""
         from dataflow.ray._session import release_ray
 
-        workers, self._workers = self._workers, []
+        workers = [w for w in self._workers if not isinstance(w, Waiting)]
+        self._workers = []
         if workers and self._ray.is_initialized():
             for w in workers:
                 self._stop(w)

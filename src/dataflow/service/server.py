@@ -16,7 +16,10 @@ did not answer).
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import functools
+import hashlib
 import logging
 import sys
 import threading
@@ -47,6 +50,18 @@ WORKER_START_TIMEOUT = 60.0
 CONSUMER_STALE = 10.0
 #: what a job of ``jobs=`` may set; the others come from the service's own arguments
 JOB_KEYS = ("ds", "map_func", "seed", "shuffle")
+#: the job name a consumer reads the service's own pipeline under
+DEFAULT_JOB = "default"
+#: seconds a consumer's last message counts as "reading now", for the world-size check
+LIVE = 2.0
+#: seconds of the recent rates of ``stats()`` (``rate_10s``, beside the lifetime ``rate``)
+RATE_WINDOW = 10.0
+#: seconds between two samples of the workers' item counts, for their recent rates
+SAMPLE_INTERVAL = 0.5
+#: inputs that ended a worker's process, remembered (the oldest forgotten first)
+MAX_CRASHES = 256
+#: seconds between two log lines of the same unexpected error of the dispatcher's loop
+ERROR_LOG_INTERVAL = 10.0
 
 
 class _Pipeline:
@@ -64,7 +79,53 @@ class _Pipeline:
         self.inputs = _rng.seed_words(seq)
 
     def config(self) -> dict[str, Any]:
-        return {"n": len(self.source), "seed": self.seed, "shuffle": self.shuffle}
+        return {"n": len(self.source), "seed": self.seed, "shuffle": self.shuffle,
+                "identity": self.identity()}
+
+    def identity(self) -> dict[str, Any]:
+        """What this pipeline's outputs depend on, as plain values: a consumer that finds
+        another identity at its address (another service, or this one restarted with other
+        arguments) stops instead of mixing the two pipelines' outputs."""
+        return {"seed": self.seed, "shuffle": self.shuffle, "n": len(self.source),
+                "map_func": callable_digest(self.map_func),
+                "source": f"{_qualname(type(self.ds))} of {len(self.source)}"}
+
+
+def _qualname(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(type(obj)))}"
+
+
+def _code_digest(code: Any, h: Any) -> None:
+    h.update(code.co_code)
+    h.update(repr(code.co_names).encode())
+    for const in code.co_consts:
+        if hasattr(const, "co_code"):
+            _code_digest(const, h)
+        else:
+            h.update(repr(const).encode() if isinstance(
+                const, int | float | str | bytes | bool | tuple | type(None)) else b"?")
+
+
+def callable_digest(func: Any) -> str:
+    """A stable name of what ``func`` computes: its qualified name and a digest of its code
+    (the same in any process that imports the same source), through ``functools.partial``
+    and callable objects."""
+    h = hashlib.sha256()
+    parts: list[str] = []
+    while isinstance(func, functools.partial):
+        parts.append(f"partial({len(func.args)} args, {sorted(func.keywords)})")
+        h.update(repr([a for a in func.args if isinstance(a, int | float | str | bool)]).encode())
+        func = func.func
+    code = getattr(func, "__code__", None)
+    if code is None:  # (a callable object: its class and its __call__)
+        call = type(func).__dict__.get("__call__")
+        code = getattr(call, "__code__", None)
+        parts.append(_qualname(type(func)))
+    else:
+        parts.append(_qualname(func))
+    if code is not None:
+        _code_digest(code, h)
+    return f"{' '.join(reversed(parts))} #{h.hexdigest()[:16]}"
 
 
 def _check_seed(seed: Any, name: str) -> int:
@@ -73,6 +134,27 @@ def _check_seed(seed: Any, name: str) -> int:
         raise ValueError(f"`{name}` of a DataService must be an int: every consumer and "
                          "worker derives the same orders and random draws from it.")
     return checked
+
+
+def _sample(samples: collections.deque, now: float, count: float) -> None:
+    """Add ``(now, count)``; keep the samples of the last :data:`RATE_WINDOW` seconds and
+    the one just before them."""
+    samples.append((now, count))
+    while len(samples) > 2 and now - samples[1][0] >= RATE_WINDOW:
+        samples.popleft()
+
+
+def _recent_rate(samples: Any, now: float) -> float:
+    """Items per second over the last :data:`RATE_WINDOW` seconds (or since the first
+    sample): the count's growth over that time, nothing counted since its last sample."""
+    if not samples:
+        return 0.0
+    t0, c0 = samples[0]
+    for t, c in samples:
+        if now - t <= RATE_WINDOW:
+            break
+        t0, c0 = t, c
+    return round(max(0.0, samples[-1][1] - c0) / max(now - t0, 1e-9), 2)
 
 
 class _Scaler:
@@ -224,7 +306,11 @@ class DataService:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._consumers: dict[bytes, dict[str, Any]] = {}
-        self._dropped = 0
+        self._dropped: collections.Counter[str] = collections.Counter()
+        self._errors: dict[str, float] = {}  # an unexpected error's text -> last logged
+        self._crashes: dict[tuple[str, int, int], list[Any]] = {}  # input -> index, count, cause
+        self._samples: dict[tuple[int, int], collections.deque] = {}  # worker -> (t, items)
+        self._sampled = 0.0
         self._dispatch_cpu = 0.0
         self._started_at = 0.0
         self._closed = False
@@ -352,22 +438,11 @@ class DataService:
         poller.register(sock, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                if poller.poll(int(MONITOR_INTERVAL * 1000)):
-                    while True:
-                        try:
-                            ident, frame = sock.recv_multipart(zmq.NOBLOCK)[-2:]
-                        except zmq.Again:
-                            break
-                        except ValueError:
-                            self._dropped += 1
-                            continue
-                        reply = self._answer(ident, frame)
-                        if reply is not None:
-                            sock.send_multipart([ident, protocol.encode(reply)])
-                self._monitor()
-                if self._scaler is not None and self._scaler.due(time.monotonic()):
-                    with self._lock:
-                        self._scaler.step(time.monotonic(), self._consumers)
+                # each duty on its own: one that fails is logged and the others go on
+                self._supervised("answering messages", self._take_messages, sock, poller)
+                self._supervised("replacing workers", self._monitor)
+                if self._scaler is not None:
+                    self._supervised("sizing the pool", self._autotune)
                 self._dispatch_cpu = time.thread_time()  # (this thread's CPU seconds)
             closed = protocol.encode({"op": "closed", "service": self.address})
             for ident in list(self._consumers):
@@ -376,19 +451,66 @@ class DataService:
         finally:
             sock.close(linger=200)
 
+    def _supervised(self, duty: str, func: Callable[..., None], *args: Any) -> None:
+        """Run one duty of the dispatcher's loop; an unexpected exception is logged with its
+        cause (once per :data:`ERROR_LOG_INTERVAL` for the same one), counted, and the loop
+        goes on."""
+        try:
+            func(*args)
+        except Exception as e:
+            self._dropped[f"dispatcher error while {duty}"] += 1
+            text = f"{duty}: {type(e).__name__}: {e}"
+            now = time.monotonic()
+            if now - self._errors.get(text, -ERROR_LOG_INTERVAL) >= ERROR_LOG_INTERVAL:
+                self._errors[text] = now
+                logger.error("DataService: unexpected error while %s (the service goes on)",
+                             text, exc_info=True)
+            time.sleep(0.01)  # (an error that repeats at once does not spin a core)
+
+    def _take_messages(self, sock: Any, poller: Any) -> None:
+        import zmq
+
+        if not poller.poll(int(MONITOR_INTERVAL * 1000)):
+            return
+        for _ in range(1000):  # (then the other duties get their turn)
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 2:
+                self._dropped["frames"] += 1
+                continue
+            ident, frame = frames
+            reply = self._answer(ident, frame)
+            if reply is not None:
+                sock.send_multipart([ident, protocol.encode(reply)])
+
+    def _autotune(self) -> None:
+        assert self._scaler is not None
+        if self._scaler.due(time.monotonic()):
+            with self._lock:
+                self._scaler.step(time.monotonic(), self._consumers)
+
     def _answer(self, ident: bytes, frame: bytes) -> dict[str, Any] | None:
         try:
             msg = protocol.decode(frame)
         except ValueError:
-            self._dropped += 1
+            self._dropped["undecodable"] += 1
             return None
         if not protocol.token_ok(msg, self.token):
-            self._dropped += 1
+            self._dropped["token"] += 1
             return {"op": "refused", "error": "wrong or missing token: pass the service's "
                     f"token= (or set {protocol.TOKEN_ENV})"}
-        op = msg["op"]
+        try:
+            op = protocol.check(msg, "dispatcher")
+        except protocol.Invalid as e:
+            self._dropped[e.cause] += 1
+            return None
+        now = time.monotonic()
         if op in ("hello", "workers"):
-            now = time.monotonic()
+            refused = self._refuse(ident, msg, now)
+            if refused is not None:
+                return {"op": "refused", "error": refused}
             info = self._consumers.setdefault(ident, {"since": now})
             for key in ("job", "rank", "world_size"):
                 if key in msg:
@@ -396,23 +518,61 @@ class DataService:
             info["seen"] = now
             return self._config()
         if op == "report":
-            info = self._consumers.setdefault(ident, {"since": time.monotonic()})
-            info.update({k: msg[k] for k in ("job", "rank", "world_size", "received", "waited",
-                                             "elapsed", "bytes", "in_flight", "ready")
-                         if k in msg})
-            info["seen"] = time.monotonic()
+            info = self._consumers.setdefault(ident, {"since": now})
+            info.update({k: v for k, v in msg.items() if k not in ("op", "token")})
+            info["seen"] = now
+            _sample(info.setdefault("rates", collections.deque()), now,
+                    int(msg.get("received", 0)))
             return None
-        if op == "stats":
-            return {"op": "stats", "stats": self.stats()}
-        self._dropped += 1
+        if op == "bye":
+            self._consumers.pop(ident, None)
+            return None
+        return {"op": "stats", "stats": self.stats()}
+
+    def _refuse(self, ident: bytes, msg: dict[str, Any], now: float) -> str | None:
+        """Why a consumer cannot be served (else None): another live consumer of its job
+        reads with another world size (their shares would overlap and leave gaps)."""
+        job, world = msg.get("job"), msg.get("world_size")
+        if job is None or world is None:
+            return None
+        for other, info in self._consumers.items():
+            if other != ident and info.get("job") == job and now - info.get("seen", 0) < LIVE \
+                    and info.get("world_size") not in (None, world):
+                self._dropped["world size disagrees"] += 1
+                return (f"job {job!r} is read by rank {info.get('rank')} of world_size "
+                        f"{info.get('world_size')}, and this consumer (rank "
+                        f"{msg.get('rank')}) has world_size {world}: the shares of the two "
+                        "would overlap and leave gaps. Give every rank of a job the same "
+                        "world_size, or another job= name for another run.")
         return None
+
+    def _crashed(self, on: tuple[int, int, int, int], cause: str) -> None:
+        """A worker's process ended while it mapped input ``on`` (job number, epoch,
+        position, index): counted, and told to the consumers in every ``config`` (one that
+        ended two processes is not asked a third time)."""
+        job_num, epoch, pos, index = on
+        names = sorted(self._pipelines)
+        if not 0 <= job_num < len(names):
+            return
+        key = (names[job_num], epoch, pos)
+        entry = self._crashes.pop(key, None) or [index, 0, cause]
+        entry[1] += 1
+        entry[2] = cause
+        self._crashes[key] = entry
+        while len(self._crashes) > MAX_CRASHES:
+            self._crashes.pop(next(iter(self._crashes)))
+        logger.warning("DataService: input %d (epoch %d, position %d%s) ended a worker's "
+                       "process (%s), %d time(s)", index, epoch, pos,
+                       f", job {names[job_num]!r}" if names[job_num] else "", cause, entry[1])
 
     def _config(self) -> dict[str, Any]:
         workers = [[w.wid, w.generation, w.address] for w in self._workers_now()
                    if w.address is not None]
         jobs = {name: p.config() for name, p in self._pipelines.items() if name}
+        crashed = [[job, e, p, i, n, cause[:200]]
+                   for (job, e, p), (i, n, cause) in self._crashes.items()]
         return {"op": "config", "instance": self.instance, **self._pipelines[""].config(),
-                "jobs": jobs, "workers": workers, "service": self.address}
+                "jobs": jobs, "workers": workers, "service": self.address, "crashed": crashed}
 
     def _monitor(self) -> None:
         """Have the pool read the addresses of starting workers and replace dead ones."""
@@ -420,10 +580,23 @@ class DataService:
             return
         with self._lock:
             dead = self._pool.check()
+        now = time.monotonic()
+        if now - self._sampled >= SAMPLE_INTERVAL:
+            self._sampled = now
+            seen = set()
+            for w in self._workers_now():
+                key = (w.wid, w.generation)
+                seen.add(key)
+                _sample(self._samples.setdefault(key, collections.deque()), now,
+                        w.figures()[1])
+            for key in set(self._samples) - seen:
+                del self._samples[key]
         for w in dead:
+            cause = w.why or f"exit code {self._pool.exit_code(w)}"
             logger.warning("DataService: worker %d lost (%s); started another; its consumers "
-                           "ask the others for what it did not answer", w.wid,
-                           w.why or f"exit code {self._pool.exit_code(w)}")
+                           "ask the others for what it did not answer", w.wid, cause)
+            if w.crashed_on is not None:
+                self._crashed(w.crashed_on, cause)
 
     # ---- figures -----------------------------------------------------------------------------
 
@@ -443,6 +616,10 @@ class DataService:
             workers.append({"worker": w.wid, "generation": w.generation, "address": w.address,
                             "busy": round(min(1.0, busy / alive), 4), "items": int(items),
                             "items_per_second": round(items / alive, 2),
+                            "rate": round(items / alive, 2),
+                            "rate_10s": _recent_rate(
+                                [*self._samples.get((w.wid, w.generation), ()), (now, items)],
+                                now),
                             "bytes_out": int(out_bytes), "dropped": int(dropped),
                             "queued": int(queued)})
         consumers: list[dict[str, Any]] = []
@@ -455,22 +632,29 @@ class DataService:
                               "received": int(info.get("received", 0)),
                               "wait": round(min(1.0, float(info.get("waited", 0.0)) / span), 4),
                               "items_per_second": round(int(info.get("received", 0)) / span, 2),
+                              "rate": round(int(info.get("received", 0)) / span, 2),
+                              "rate_10s": _recent_rate(info.get("rates", ()), now),
+                              "skipped": int(info.get("skipped", 0)),
                               "bytes_in": int(info.get("bytes", 0)),
                               "in_flight": int(info.get("in_flight", 0)),
                               "ready": int(info.get("ready", 0))})
         waits = [c["wait"] for c in consumers if c["received"]]
         bottleneck = None if not waits else ("pool" if sum(waits) / len(waits) > 0.5
                                              else "consumers")
-        jobs = {name or "": p.config() for name, p in self._pipelines.items()
-                if p.source is not None}
+        jobs = {name or "": {k: v for k, v in p.config().items() if k != "identity"}
+                for name, p in self._pipelines.items() if p.source is not None}
         autotune = self._scaler.controller.state() if self._scaler is not None else None
         return {"address": self.address, "instance": self.instance,
                 "backend": self.backend, "datapoints": jobs.get("", {}).get("n", 0),
                 "seed": self.seed, "shuffle": self.shuffle, "uptime": round(elapsed, 3),
+                "identity": self._pipelines[""].identity() if jobs else None,
                 "jobs": {k: v for k, v in jobs.items() if k},
                 "num_workers": len(workers), "workers": workers, "consumers": consumers,
                 "restarts": self._pool.restarts if self._pool is not None else 0,
                 "autotune": autotune,
-                "dropped": self._dropped + sum(w["dropped"] for w in workers),
+                "dropped": sum(self._dropped.values()) + sum(w["dropped"] for w in workers),
+                "dropped_by_cause": {**self._dropped, **({"at workers": sum(
+                    w["dropped"] for w in workers)} if any(w["dropped"] for w in workers)
+                    else {})},
                 "bytes_out": sum(w["bytes_out"] for w in workers), "bottleneck": bottleneck,
                 "dispatcher_cpu_seconds": round(self._dispatch_cpu, 4)}

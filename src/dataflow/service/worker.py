@@ -93,10 +93,25 @@ def _heartbeat(counters: Any) -> None:
         time.sleep(BEAT_INTERVAL)
 
 
-def _error(e: Exception, epoch: int, pos: int, index: int, worker_id: int) -> list[Any]:
+class _Raised:
+    """A map call that raised, in its turn's place."""
+
+    __slots__ = ("error", "traceback")
+
+    def __init__(self, error: BaseException, tb: str) -> None:
+        self.error, self.traceback = error, tb
+
+
+def _error(e: BaseException, epoch: int, pos: int, index: int, worker_id: int,
+           tb: str) -> list[Any]:
+    message = str(e)
+    if isinstance(e, SystemExit):
+        message = (f"map_func called sys.exit({e.code!r}) (the worker went on; raise an "
+                   "exception instead)")
     return protocol.encode_frames({
-        "op": "err", "e": epoch, "p": pos, "type": type(e).__name__, "message": str(e),
-        "traceback": traceback.format_exc(), "worker": worker_id, "index": index})
+        "op": "err", "e": epoch, "p": pos, "type": type(e).__name__,
+        "message": message[:protocol.MAX_TEXT // 2], "traceback": tb[-protocol.MAX_TEXT // 2:],
+        "worker": worker_id, "index": index})
 
 
 def _answers(outs: list[list], ring: Any, worker_id: int, extra: dict[str, Any]
@@ -107,20 +122,22 @@ def _answers(outs: list[list], ring: Any, worker_id: int, extra: dict[str, Any]
     try:
         return [protocol.encode_frames({"op": "out", "o": [o[:3] for o in outs], **extra},
                                        ring)]
-    except TypeError:
+    except Exception:  # (one of them cannot travel: each on its own)
         pass
     msgs: list[list[Any]] = []
     for epoch, pos, result, index in outs:
         try:
             msgs.append(protocol.encode_frames({"op": "out", "o": [[epoch, pos, result]],
                                                 **extra}, ring))
-        except TypeError as e:
+        except Exception as e:
             msgs.append(protocol.encode_frames({
-                "op": "err", "e": epoch, "p": pos, "type": "TypeError", "message": (
+                "op": "err", "e": epoch, "p": pos, "type": type(e).__name__, "message": (
                     f"the output of map_func for index {index} cannot be sent to consumers "
-                    f"({e}); map_func must return lists, dicts, numbers, strings, bytes and "
-                    f"NumPy arrays (got a {type(result).__name__})"), "traceback": "",
-                "worker": worker_id, "index": index}))
+                    f"({e}); map_func must return lists, dicts with str or int keys, "
+                    "numbers, strings that encode as UTF-8, bytes and NumPy arrays of a "
+                    f"numeric dtype (got a {type(result).__name__}). With torch tensors or "
+                    "PIL images, return them as NumPy arrays (np.asarray(x))"),
+                "traceback": "", "worker": worker_id, "index": index}))
     return msgs
 
 
@@ -152,6 +169,8 @@ def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
     import zmq
 
     scopes = {name: _rng.InputScope(*inputs) for name, (_s, _f, inputs) in pipelines.items()}
+    sizes = {name: len(source) for name, (source, _f, _i) in pipelines.items()}
+    jobs = {name: k for k, name in enumerate(sorted(pipelines))}  # (numbers, for counters)
     queues: dict[bytes, collections.deque] = {}
     order: collections.deque[bytes] = collections.deque()  # consumers with work, in turn
     rings: dict[bytes, tuple[str, Ring | None, float]] = {}  # ident -> (name, ring, last use)
@@ -170,13 +189,18 @@ def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
             ident, frame = frames
             try:
                 msg = protocol.decode(frame)
-                items = msg.get("items") if msg["op"] == "map" else None
+                if not protocol.token_ok(msg, token):
+                    raise ValueError("token")
+                protocol.check(msg, "worker")
                 job = msg.get("j", "")
-                if not protocol.token_ok(msg, token) or not isinstance(items, list) \
-                        or job not in pipelines:
-                    raise ValueError("refused")
-                checked = [(job, int(e), int(p), int(i)) for e, p, i in items]
-            except (ValueError, TypeError, KeyError):
+                if job not in pipelines:
+                    raise ValueError("unknown job")
+                size = sizes[job]
+                # (only indices of the pipeline: never one counted from its end)
+                checked = [(job, e, p, i) for e, p, i in msg["items"] if i < size]
+                if len(checked) != len(msg["items"]):
+                    raise ValueError("index out of range")
+            except ValueError:
                 counters[3] += 1
                 continue
             ring_name = msg.get("ring")
@@ -229,18 +253,26 @@ def serve(sock: Any, worker_id: int, pipelines: dict[str, tuple], token: str,
             scope = scopes[job]
             _rng.set_input_scope(scope)
             scope.begin(epoch, pos)
+            # (the input being mapped: if the call ends this process, the pool tells which)
+            counters[6], counters[7], counters[8], counters[9] = jobs[job], epoch, pos, index
             try:
                 outs.append([epoch, pos, map_func(source.get(index)), index])
-            except Exception as e:  # the consumer raises it as a WorkerError
-                _send(sock, ident, [_error(e, epoch, pos, index, worker_id)], counters)
+            except (Exception, SystemExit) as e:  # the consumer raises it as a WorkerError
+                outs.append([epoch, pos, _Raised(e, traceback.format_exc()), index])
             finally:
+                counters[6] = -1
                 _rng.set_input_scope(None)
         answers: list[list[Any]] = []
         if outs:
             # (the ring it named could not be mapped: it may make another)
             extra = {"nr": 1} if ring_entry is not None and ring is None else {}
             head = ring.head if ring is not None else 0
-            answers = _answers(outs, ring, worker_id, extra)
+            answers = _answers([o for o in outs if not isinstance(o[2], _Raised)], ring,
+                               worker_id, extra) if any(
+                not isinstance(o[2], _Raised) for o in outs) else []
+            # (the outputs, then the errors: each is raised at its turn by the consumer)
+            answers += [_error(o[2].error, o[0], o[1], o[3], worker_id, o[2].traceback)
+                        for o in outs if isinstance(o[2], _Raised)]
             if ring is not None:
                 counters[2] += ring.head - head  # (bytes sent through the ring)
         # (the figures are counted before the answers go: a reader may look right after)
