@@ -3,15 +3,25 @@ closure value, a global, a helper or the source changes, and explained part by p
 
 from __future__ import annotations
 
+import copy
+import json
 import os
 import subprocess
 import sys
 import textwrap
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dataflow as df
-from dataflow.snapshot.key import explain_change, function_parts, make_key, source_parts
+from dataflow.snapshot.key import (
+    explain_change,
+    function_parts,
+    make_key,
+    source_parts,
+    value_digest,
+)
 
 SCALE = 3
 
@@ -37,36 +47,36 @@ _MODULE = textwrap.dedent("""
         return [helper(dp[0]) + k, np.float32(dp[0])]
 """)
 
-_PRINT_KEY = textwrap.dedent("""
-    import sys
+_PRINT_KEYS = textwrap.dedent("""
+    import importlib, sys
     sys.path.insert(0, sys.argv[1])
     import dataflow as df
-    from pipeline_mod import decode
     from dataflow.snapshot.key import function_parts, make_key, source_parts
     ds = df.DataFromList([[i, f"name{i}"] for i in range(5)], shuffle=False)
-    print(make_key({**source_parts(ds), **function_parts(decode)}))
+    for name in sys.argv[2:]:
+        decode = importlib.import_module(name).decode
+        print(make_key({**source_parts(ds), **function_parts(decode)}))
 """)
 
 
-def _key_in_subprocess(folder, hashseed):
+def _keys_in_subprocess(folder, hashseed, names):
     env = {**os.environ, "PYTHONHASHSEED": str(hashseed)}
-    out = subprocess.run([sys.executable, "-c", _PRINT_KEY, str(folder)], env=env,
+    out = subprocess.run([sys.executable, "-c", _PRINT_KEYS, str(folder), *names], env=env,
                          capture_output=True, text=True, check=True)
-    return out.stdout.strip()
+    return out.stdout.split()
 
 
 def test_the_key_is_the_same_in_other_processes_and_hash_seeds_and_changes_with_the_code(
         tmp_path):
-    module = tmp_path / "pipeline_mod.py"
-    module.write_text(_MODULE.format(scale=3, k=2, extra=""))
-    first = _key_in_subprocess(tmp_path, 1)
-    assert len(first) == 20
-    assert _key_in_subprocess(tmp_path, 2) == first  # another process, another hash seed
-    keys = {first}
-    for scale, k, extra in ((4, 2, ""), (3, 5, ""), (3, 2, " + 0")):  # a global, a default,
-        module.write_text(_MODULE.format(scale=scale, k=k, extra=extra))  # a helper's code
-        keys.add(_key_in_subprocess(tmp_path, 1))
-    assert len(keys) == 4
+    # the same module, then a changed global, default and helper's code (each its own module)
+    variants = [(3, 2, ""), (4, 2, ""), (3, 5, ""), (3, 2, " + 0"), (3, 2, "")]
+    names = [f"pipeline_mod{k}" for k in range(len(variants))]
+    for name, (scale, k, extra) in zip(names, variants):
+        (tmp_path / f"{name}.py").write_text(_MODULE.format(scale=scale, k=k, extra=extra))
+    keys = _keys_in_subprocess(tmp_path, 1, names)
+    assert len(keys[0]) == 20 and keys[4] == keys[0]  # (the module's name is no part of it)
+    assert len(set(keys[:4])) == 4
+    assert _keys_in_subprocess(tmp_path, 2, names[:1]) == keys[:1]  # another hash seed
 
 
 def test_a_closure_value_a_constant_and_the_source_change_the_key():
@@ -135,3 +145,42 @@ def test_explain_change_names_the_changed_part():
     assert explain_change(now, before) == ["func: changed", "func.code: changed"]
     assert explain_change(function_parts(decode), function_parts(f))[:2] == [
         "func: changed", "func.code: changed"]
+
+
+_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8)
+    | st.binary(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=4), inner,
+                                                                 max_size=4),
+    max_leaves=12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_VALUES, _VALUES)
+def test_a_value_digest_is_its_values(a, b):
+    assert value_digest(a) == value_digest(copy.deepcopy(a))
+    if json.dumps(a, default=repr, sort_keys=True) != json.dumps(b, default=repr, sort_keys=True):
+        assert value_digest(a) != value_digest(b)
+
+
+def test_a_snapshot_of_a_snapshot_is_keyed_by_the_inner_key(tmp_path):
+    from dataflow.snapshot import SnapshotData
+
+    inner = SnapshotData([[1], [2], [3]], tmp_path, map_func=_helper_list)
+    outer = SnapshotData(inner, tmp_path, map_func=_negate)
+    assert outer.parts["source.identity"] != SnapshotData(
+        SnapshotData([[1], [2], [4]], tmp_path, map_func=_helper_list), tmp_path,
+        map_func=_negate).parts["source.identity"]
+    outer.reset_state()
+    assert [int(x[0]) for x in outer] == [-3, -6, -9]
+    assert inner.stats()["misses"] == 3  # (the outer one reads the inner one by position)
+    assert [int(x[0]) for x in outer] == [-3, -6, -9] and outer.stats()["hits"] == 3
+    outer.close()
+
+
+def _helper_list(dp):
+    return [np.int64(_helper(dp[0]))]
+
+
+def _negate(dp):
+    return [-dp[0]]
