@@ -10,6 +10,7 @@ import sys
 import pytest
 
 import dataflow as df
+from dataflow.serialize.npz_format import NumpyData
 from dataflow.snapshot import SnapshotData
 from tests.helpers import epoch
 from tests.snapshot import pipelines
@@ -22,8 +23,8 @@ def _double(x):
 def _chain(n, shuffle=True):
     src = df.DataFromList(pipelines.records(n), shuffle=shuffle)
     decoded = df.MapDataComponent(df.MapData(src, pipelines.decode), _double, index=1)
-    return df.MultiThreadMapData(decoded, 2, map_func=pipelines.augment, strict=True,
-                                 ordered=True)
+    return df.BatchData(df.MultiThreadMapData(decoded, 2, map_func=pipelines.augment,
+                                              strict=True, ordered=True), 3)
 
 
 def _epochs(flow, k=2):
@@ -39,15 +40,15 @@ def test_the_cut_keeps_outputs_order_and_seeds(tmp_path):
     try:
         want = _epochs(_chain(12))
         flow = df.snapshot(_chain(12), tmp_path)
-        snap = flow.ds
-        assert isinstance(snap, SnapshotData) and isinstance(flow, df.MultiThreadMapData)
+        snap = flow.ds.ds
+        assert isinstance(snap, SnapshotData) and isinstance(flow.ds, df.MultiThreadMapData)
         assert snap.cut.stored == ["DataFromList", "MapData(tests.snapshot.pipelines.decode)",
                                    "MapDataComponent(tests.snapshot.test_cut._double)"]
-        assert snap.cut.above == ["MultiThreadMapData"]
+        assert snap.cut.above == ["MultiThreadMapData", "BatchData"]
         assert "MultiThreadMapData(tests.snapshot.pipelines.augment) is random" in str(snap.cut)
         assert _epochs(flow) == want
         again = df.snapshot(_chain(12), tmp_path)  # a new process would see the same
-        assert _epochs(again) == want and again.ds.stats()["misses"] == 0
+        assert _epochs(again) == want and again.ds.ds.stats()["misses"] == 0
         assert want[0] != want[1]  # (the epochs differ: shuffled, augmented)
     finally:
         df.set_seed(None)
@@ -57,25 +58,18 @@ def test_a_deterministic_chain_is_one_snapshot_and_a_random_one_is_refused(tmp_p
     chain = df.MapData(df.DataFromList(pipelines.records(5), shuffle=False), pipelines.decode)
     snap = df.snapshot(chain, tmp_path)
     assert isinstance(snap, SnapshotData) and snap.cut.above == []
-    assert "the chain ends at DataFromList" in snap.cut.reason
+    assert snap.cut.reason == "the whole chain is deterministic"
     with pytest.raises(ValueError, match=r"nothing to snapshot in MapData: MapData\("
                                          r"tests\.snapshot\.pipelines\.augment\) is random"):
         df.snapshot(df.MapData(df.DataFromList([[pipelines.decode([1])[0], 1]]),
                                pipelines.augment), tmp_path)
     with pytest.raises(ValueError, match="shuffles in its own order"):
-        df.snapshot(df.MapData(_Shuffling(), pipelines.decode), tmp_path)
+        df.snapshot(df.MapData(NumpyData(pipelines.records(3), shuffle=True), pipelines.decode),
+                    tmp_path)
+    with pytest.raises(ValueError, match="FakeData is not read by position"):
+        df.snapshot(df.MapData(df.FakeData([[2]], 4), len), tmp_path)
     with pytest.raises(TypeError, match="unknown arguments"):
         df.snapshot(chain, tmp_path, shuffle=True)
-
-
-class _Shuffling(df.RNGDataFlow):
-    shuffle = True
-
-    def __len__(self):
-        return 3
-
-    def __iter__(self):
-        yield from ([i] for i in self.rng.permutation(3))
 
 
 def test_dataflow_snapshot_is_the_package_and_the_function():

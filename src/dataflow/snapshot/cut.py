@@ -32,7 +32,7 @@ from dataflow.snapshot.determinism import (
     check_deterministic,
     func_name,
 )
-from dataflow.snapshot.source import positional
+from dataflow.snapshot.source import positional, reads_in_place
 from dataflow.sources import DataFromList
 from dataflow.wrappers.map import MapData, MapDataComponent, replace_component
 
@@ -101,6 +101,10 @@ def _step(stage: Any) -> tuple[tuple[Any, Any] | None, str]:
 def _repoint(parent: Any, old: Any, new: Any) -> None:
     """Make ``parent`` read ``new`` where it read ``old``: its ``ds``, and the helpers of it
     that hold the same child (a mapper's checkpoints of its child's state)."""
+    if parent.__dict__.get("ds") is not old:
+        raise ValueError(f"dataflow.snapshot: {public_name(parent)} does not keep its input "
+                         "as `ds`, so it cannot be made to read the snapshot; build the "
+                         "pipeline on SnapshotData(...) yourself.")
     parent.ds = new
     for value in vars(parent).values():
         if value is not parent and getattr(value, "ds", None) is old:
@@ -111,54 +115,61 @@ def snapshot(ds: DataFlow, path: str | os.PathLike[str], **kwargs: Any) -> DataF
     """``ds`` with its longest deterministic prefix replaced by a :class:`SnapshotData` under
     ``path`` (``kwargs`` go to it: ``budget``, ``verify``, ``compression``, ``key``...).
 
-    Call it before ``reset_state()``. The snapshot is the returned flow itself when the whole
-    chain is deterministic; else the first random stage reads it (``ds`` is that stage's chain,
-    changed in place and returned). Raises ``ValueError`` when no stage can be snapshotted, with
-    the reason; the cut is logged and kept as ``snap.cut``."""
-    chain: list[Any] = []  # the stages from the top down to the source
-    stage: Any = ds
-    while True:
-        step, _why = _step(stage)
-        if step is None:
-            break
-        chain.append(stage)
-        stage = stage.ds
-    source = stage
-    if not chain and not isinstance(source, DataFlow):
-        raise TypeError(f"`ds` must be a DataFlow chain, got {type(ds).__name__} {ds!r:.60}.")
+    Call it before ``reset_state()``. The chain is found by following ``children()`` down from
+    ``ds`` to its source; the map stages right above the source are tested. The snapshot is the
+    returned flow itself when every stage of ``ds`` went into it; else the stage above the cut
+    reads it (``ds`` changed in place and returned). Raises ``ValueError`` when no stage can
+    be snapshotted, with the reason; the cut is logged and kept as ``snap.cut``."""
+    if not isinstance(ds, DataFlow):
+        raise TypeError(f"`ds` must be a DataFlow, got {type(ds).__name__} {ds!r:.60}; "
+                        "dataflow.snapshot cuts a flow's chain of stages.")
+    path_: list[Any] = [ds]  # the stages from the top down to the source
+    while len(path_[-1].children()) == 1:
+        path_.append(path_[-1].children()[0])
+    source = path_[-1]
+    if source.children():
+        raise ValueError(f"dataflow.snapshot: {public_name(source)} reads several flows; give "
+                         "it one chain (a source and map stages), or snapshot each branch.")
+    if not reads_in_place(source):
+        raise ValueError(
+            f"dataflow.snapshot: the source {public_name(source)} is not read by position (a "
+            "list, DataFromList, an LMDB, Numpy or HDF5 flow, a dataset loader, a "
+            "SnapshotData): a snapshot keys its outputs by position. Build the chain on such a "
+            "source, or use SnapshotData(ds, path, map_func=...) on a flow with a len().")
     shuffled = bool(getattr(source, "shuffle", False) or getattr(source, "_shuffle", False))
     if shuffled and not isinstance(source, DataFromList):
         raise ValueError(
-            f"`ds`'s source {type(source).__name__} shuffles in its own order: build it with "
+            f"`ds`'s source {public_name(source)} shuffles in its own order: build it with "
             "shuffle=False and shuffle after the snapshot (SnapshotData(..., shuffle=True), "
             "LocallyShuffleData), or snapshot a DataFromList source.")
-    try:
-        n = len(source)
-    except (NotImplementedError, TypeError) as e:
-        raise ValueError(f"`ds`'s source {type(source).__name__} has no len(): a snapshot reads "
-                         "its source by position.") from e
+    chain: list[tuple[Any, tuple[Any, Any]]] = []  # the map stages above the source, bottom up
+    reason = "the whole chain is deterministic"
+    for st in reversed(path_[:-1]):
+        step, why = _step(st)
+        if step is None:
+            reason = f"the map stages end at {public_name(st)} ({why})"
+            break
+        chain.append((st, step))
     reader = positional(source)
-    inputs = [reader.get(i) for i in range(min(CHECK_INPUTS, n))]
+    inputs = [reader.get(i) for i in range(min(CHECK_INPUTS, len(reader)))]
     steps: list[tuple[Any, Any]] = []
     stored: list[Any] = []
-    reason = f"the chain ends at {type(stage).__name__} ({_step(stage)[1]})"
-    for st in reversed(chain):
-        step, _ = _step(st)
-        assert step is not None
+    for st, step in chain:
         try:
             check_deterministic(Chain([*steps, step]), inputs)
         except NondeterministicError:
-            reason = (f"{type(st).__name__}({func_name(step[0])}) is random (its outputs "
+            reason = (f"{public_name(st)}({func_name(step[0])}) is random (its outputs "
                       "differ under two seeds): it and what follows stay after the snapshot")
             break
         steps.append(step)
         stored.append(st)
-    above = chain[: len(chain) - len(stored)]
     if not stored:
-        raise ValueError(f"dataflow.snapshot: nothing to snapshot in {type(ds).__name__}: "
+        raise ValueError(f"dataflow.snapshot: nothing to snapshot in {public_name(ds)}: "
                          f"{reason}. A snapshot stores a deterministic map of a "
                          "position-readable source (MapData, MapDataComponent, strict ordered "
                          "mappers over a DataFromList, LMDB, Numpy or HDF5 source).")
+    top = len(path_) - 1 - len(stored)  # where the snapshot goes in path_
+    above = path_[:top]
     options = {"key": None, "budget": None, "verify": 0.01, "compression": None,
                "on_full": "raise", **kwargs}
     unknown = sorted(set(options) - {"key", "budget", "verify", "compression", "on_full"})

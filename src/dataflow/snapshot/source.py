@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["positional"]
+__all__ = ["positional", "reads_in_place"]
 
 
 class _ByIndex:
@@ -117,6 +117,18 @@ def _length(ds: Any) -> int:
     if not isinstance(size, int) or size < 0:
         raise ValueError(f"`ds` ({type(ds).__name__}) has len() {size!r}; it must be an int >= 0.")
     return size
+
+
+def reads_in_place(ds: Any) -> bool:
+    """Whether :func:`positional` reads ``ds`` where it is (by index, a datapoint at a time),
+    rather than one pass of it into a list."""
+    from dataflow.serialize import HDF5Data, LMDBData
+    from dataflow.serialize.npz_format import NumpyData
+    from dataflow.sources import DataFromList
+
+    return bool(getattr(type(ds), "by_position", False)) or isinstance(
+        ds, DataFromList | LMDBData | NumpyData | HDF5Data | Sequence) or _is_duck_sequence(
+        ds) or callable(getattr(ds, "_datapoint", None))
 
 
 def positional(ds: Any) -> Any:
