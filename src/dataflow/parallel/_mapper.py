@@ -187,6 +187,7 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         self._tuner = StageTuner(type(self).__name__, ctl, self.resize, lambda: sched.answered,
                                  share, self._core_per_worker, self._request_move,
                                  self._probing)
+        self._tuner.suspend()  # (its clock starts with the first __iter__)
         sched.tuner = self._tuner
         sched.chunk_size = self._chunk_size()  # (sized for its start: see _chunk_size)
 
@@ -368,8 +369,8 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
             self._resume_progress = None
         # _pos counts what the scheduler yields from now on (a subclass may count itself)
         self._live = self._pos - sched.yielded() if self._counts_results else None
-        if self._tuner is not None:
-            self._tuner.pause()
+        if self._tuner is not None:  # (the window suspended at the end of the last one)
+            self._tuner.resume()
         return self._run(token)
 
     def _stream(self, sched: MapScheduler) -> Iterator[Any]:
@@ -397,6 +398,8 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
                     ckpt.reset(pos, None if state is None else finished(state))
                 raise
             finally:
+                if self._tuner is not None:  # (the time until the next __iter__ is not
+                    self._tuner.suspend()    # the stage's: its windows go on from here)
                 if token is not None and self._token is token:
                     self._sync_pos()
                     self._live = None

@@ -9,7 +9,9 @@ is inputs the workers answered per second (bounded by the in-flight limit when t
 is slow; the first window, which fills the buffer, is not measured), its ``wait`` the
 fraction of the window the consumer spent blocked waiting for a result. Time the consumer
 spends away from the mapper (the trainer's step) is part of the window: a slow consumer
-waits little, so the controller gives workers back.
+waits little, so the controller gives workers back. Time between two iterations (an epoch's
+end and the next ``__iter__``: an evaluation, a checkpoint) is not: the window is suspended
+there and goes on, so that many short epochs are measured as one long one.
 """
 
 from __future__ import annotations
@@ -155,6 +157,8 @@ class StageTuner:
         self._count = answered()
         controller.skip_window()  # (the first window fills the buffer)
         self._waited = 0.0
+        self._elapsed = 0.0  # iteration time of the window in progress before a suspension
+        self._suspended: int | None = None  # (suspended: the inputs answered by then)
         self._changed = False  # the window in progress follows a change
         if controller.window > 0:  # (restored: it goes on from the tuned count)
             controller.end_start()
@@ -198,16 +202,18 @@ class StageTuner:
 
     def waited(self, seconds: float) -> None:
         """The consumer waited ``seconds`` for a result; closes the window when it is due."""
+        if self._suspended is not None:  # (a result taken before the iteration resumed)
+            self.resume()
         self._waited += seconds
         now = time.perf_counter()
-        elapsed = now - self._start
+        elapsed = self._elapsed + now - self._start
         ctl = self.controller
         count = self._answered()
         if not self._due(elapsed, count):
             return
         m = Measurement(ctl.workers, (count - self._count) / elapsed,
                         min(1.0, self._waited / elapsed))
-        self._start, self._count, self._waited = now, count, 0.0
+        self._start, self._count, self._waited, self._elapsed = now, count, 0.0, 0.0
         if (self._probing is not None and not ctl.settling and m.wait >= ctl.idle_wait
                 and self._probing()):
             return  # (no climb before the stage knows whether its work moves to processes)
@@ -244,10 +250,25 @@ class StageTuner:
         self.controller.maximum = self.share.maximum(self, per_worker)
 
     def pause(self) -> None:
-        """The consumer stopped iterating: the next window starts when it comes back."""
+        """The window in progress is dropped: the next one starts now (a settle, a restart)."""
         self._start = time.perf_counter()
         self._count = self._answered()
-        self._waited = 0.0
+        self._waited, self._elapsed, self._suspended = 0.0, 0.0, None
+
+    def suspend(self) -> None:
+        """The consumer stopped iterating (an epoch ended, or it left the loop): the window in
+        progress keeps what it measured, and its clock stops until :meth:`resume`."""
+        if self._suspended is None:
+            self._elapsed += time.perf_counter() - self._start
+            self._suspended = self._answered()
+
+    def resume(self) -> None:
+        """The consumer iterates again: the suspended window goes on (the inputs answered
+        meanwhile, the ones in flight of an endless stream, are not counted in it)."""
+        if self._suspended is not None:
+            self._count += self._answered() - self._suspended
+            self._suspended = None
+            self._start = time.perf_counter()
 
     def close(self) -> None:
         self.share.release(self)
