@@ -144,6 +144,31 @@ def test_a_writer_killed_anywhere_loses_at_most_its_unfinished_record(tmp_path_f
     _complete_and_check(root, n, upto)
 
 
+def _read_past_a_cut_back(root):
+    from dataflow.snapshot.shard import KIND_RECORD, header_bytes
+
+    with SnapshotStore(root, 3) as writer, SnapshotStore(root, 3) as reader:
+        writer.put(0, value(0))
+        reader.refresh()
+        shard = _shard(root)
+        end = os.path.getsize(shard)
+        with open(shard, "ab") as f:  # a record of 1 MB, half written when the disk filled
+            f.write(header_bytes(KIND_RECORD, 0, 1, 1 << 20, 1 << 20, 0.0, 0) + bytes(1 << 19))
+        reader.refresh()  # maps the half-written record, does not index it
+        os.truncate(shard, end)  # the writer cuts it back
+        writer.put(2, value(2))
+        reader.refresh()  # the map is longer than the file: read only up to the file's end
+        assert reader.stored() == 2 and reader.stats()["corrupted"] == 0
+        check_values(reader, [0, 2])
+
+
+def test_a_reader_never_reads_past_the_end_of_a_file_cut_back(tmp_path):
+    p = FORK.Process(target=_read_past_a_cut_back, args=(str(tmp_path / "k"),))
+    p.start()
+    p.join(60)
+    assert p.exitcode == 0  # (a read past the end of the file is a SIGBUS)
+
+
 def _write_forever(root, n, conn):
     store = SnapshotStore(root, n)
     big = np.arange(1 << 18, dtype=np.uint8)

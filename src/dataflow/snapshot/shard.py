@@ -180,12 +180,13 @@ class ShardReader:
         self.walked = 0
         self.sealed = False
 
-    def remap(self) -> bool:
-        """Map the file at its current size; False if it is gone."""
+    def remap(self) -> int:
+        """Map the file if it has grown; its current size (-1 if it is gone). The map may be
+        longer than the file (a writer cut back a failed record): never read past the size."""
         try:
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
-            return False
+            return -1
         try:
             size = os.fstat(fd).st_size
             if size > self.mapped:
@@ -193,7 +194,7 @@ class ShardReader:
                 self.mapped = size
         finally:
             os.close(fd)
-        return True
+        return size
 
     def size_on_disk(self) -> int:
         try:
@@ -233,9 +234,10 @@ class ShardReader:
         """The whole records past :attr:`walked` (advanced to the first one that is not whole
         yet) and what was wrong on the way: a header that fails its checksum is reported and
         skipped to the next valid header at a multiple of 64."""
-        if not self.remap():
+        size = self.remap()
+        if size < 0:
             return np.zeros(0, ENTRY), []
-        mm, end, pos = self.mm, self.mapped, self.walked
+        mm, end, pos = self.mm, min(size, self.mapped), self.walked
         entries: list[Entry] = []
         problems: list[str] = []
         while pos + ALIGN <= end:
@@ -277,7 +279,7 @@ class ShardReader:
 
     def tombstone_target(self, offset: int) -> tuple[str, int] | None:
         """The (shard name, offset) that the tombstone at ``offset`` names."""
-        if (self.mm is None or offset + ALIGN > self.mapped) and not self.remap():
+        if offset + ALIGN > self.mapped and self.remap() < offset + ALIGN:
             return None
         plen = HEADER.unpack_from(self.mm, offset)[5]
         try:

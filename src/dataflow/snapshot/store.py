@@ -88,7 +88,13 @@ class SnapshotStore:
     ``"lz4"`` or ``"zstd"`` (the ``lz4`` / ``zstd`` extras). ``on_full`` is ``"raise"`` or
     ``"read"`` (see the module docstring). ``shard_bytes``: the size at which a writer starts
     a new shard. A store is picklable: the copy reopens ``root`` as a new writer (shards of its
-    own). A process forked with an open store writes shards of its own too.
+    own). A process forked with an open store writes shards of its own too. ``info`` is the
+    content of ``meta.json`` (``format``, ``size``, ``library``, ``meta``).
+
+    Errors: a ``root`` holding a snapshot of another size is a ValueError; a value that cannot
+    be stored without pickle a TypeError naming the index and where in the value; a full disk a
+    :class:`SnapshotFullError` (``on_full="raise"``); any other failed write an ``OSError``
+    naming ``root``.
     """
 
     def __init__(self, root: str | os.PathLike, size: int, *, compression: str | None = None,
@@ -374,10 +380,10 @@ class SnapshotStore:
 
     def _check(self, shard: ShardReader | None, off: int, i: int) -> str:
         assert shard is not None
-        end = off + int(self._loc.rsize[i])
-        if end > shard.mapped and shard.size_on_disk() >= end:
+        size = int(self._loc.rsize[i])
+        if off + size > shard.mapped:
             self._remap(shard)
-        return shard.check(off, int(self._loc.rsize[i]), i)
+        return shard.check(off, size, i)
 
     def _corrupt(self, i: int, problem: str) -> tuple[bool, Any]:
         with self._lock:
