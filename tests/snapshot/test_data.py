@@ -148,6 +148,10 @@ def test_shuffle_and_resume_are_exact_also_after_a_break(tmp_path):
     assert [e0, e1] == [seq[:8], seq[8:]] and e0 != e1  # a new permutation each epoch
     order = first._epoch_rng(0).permutation(9).tolist()
     assert [dp[1] for dp in seq[:8]] == [i % 10 for i in order if i != 6]
+    uncached = df.MapData(df.DataFromList(pipelines.records(9), shuffle=True, seed=3),
+                          pipelines.decode)  # the same seed gives the same orders
+    uncached.reset_state()
+    assert [epoch(uncached), epoch(uncached)] == [e0, e1]
     batched = check_resume(lambda: df.BatchData(plain(), 2), epochs=2)
     assert len(batched) == 2 * 4
 
