@@ -216,10 +216,9 @@ class SnapshotStore:
     def refresh(self) -> None:
         """Read what other processes wrote since the last refresh (new shards, new records,
         shards removed by :meth:`drop`)."""
-        with self._lock:
+        with self._guard():
             if self._closed:
                 raise self._closed_error()
-            self._after_fork()
             names, sealed = shard_names(self.root)
             present = set(names)
             for sid, shard in enumerate(self._shards):
@@ -277,7 +276,7 @@ class SnapshotStore:
         if not 0 <= i < self._size:
             raise IndexError(f"SnapshotStore.discard: index {i!r} is out of range(0, "
                              f"{self._size})")
-        with self._lock:
+        with self._guard():
             if self._loc.sid[i] < 0:
                 return
             name, off = self._loc.where(i)
@@ -292,7 +291,7 @@ class SnapshotStore:
 
     def drop(self) -> None:
         """Delete every record of this snapshot (all processes' shards; ``meta.json`` stays)."""
-        with self._lock:
+        with self._guard():
             if self._closed:
                 raise self._closed_error()
             if self._writer is not None:
@@ -309,26 +308,23 @@ class SnapshotStore:
 
     def flush(self) -> None:
         """Make every record put so far durable (they are visible to others once put)."""
-        with self._lock:
-            if self._writer is not None and self._pid == os.getpid():
+        with self._guard():
+            if self._writer is not None:
                 self._writer.sync()
 
     def close(self) -> None:
         """Seal this process's shard (write its index) and unmap the shards. Idempotent."""
-        with self._lock:
+        with self._guard():
             if self._closed:
                 return
             self._closed = True
             writer, self._writer = self._writer, None
-            if writer is not None:
-                if self._pid != os.getpid():
-                    writer.abandon()
-                else:
-                    try:
-                        writer.seal()
-                    except OSError as e:  # the shard stays readable without its index
-                        logger.debug("SnapshotStore %s: shard %s not sealed (%s)", self.root,
-                                     writer.name, e)
+            if writer is not None:  # (a forked child has none: the parent's is the parent's)
+                try:
+                    writer.seal()
+                except OSError as e:  # the shard stays readable without its index
+                    logger.debug("SnapshotStore %s: shard %s not sealed (%s)", self.root,
+                                 writer.name, e)
             for shard in self._shards:
                 if shard is not None:
                     shard.close()
@@ -373,7 +369,7 @@ class SnapshotStore:
             self._report(shard.name, p)
 
     def _remap(self, shard: ShardReader) -> None:
-        with self._lock:
+        with self._guard():
             if self._closed:
                 raise self._closed_error()
             shard.remap()
@@ -386,7 +382,7 @@ class SnapshotStore:
         return shard.check(off, size, i)
 
     def _corrupt(self, i: int, problem: str) -> tuple[bool, Any]:
-        with self._lock:
+        with self._guard():
             loc = self._loc
             if loc.sid[i] >= 0:
                 name, off = loc.where(i)
@@ -402,10 +398,15 @@ class SnapshotStore:
         logger.warning("SnapshotStore %s: shard %s: %s; the record is not used (it will be "
                        "recomputed).", self.root, shard, problem)
 
+    def _guard(self) -> threading.RLock:
+        """The lock, after :meth:`_after_fork` in a forked process (the parent's lock may have
+        been held by a thread that the child does not have)."""
+        if self._pid != os.getpid():
+            self._after_fork()
+        return self._lock
+
     def _after_fork(self) -> None:
         """In a process forked with this store: the parent's shard is the parent's to write."""
-        if self._pid == os.getpid():
-            return
         self._pid = os.getpid()
         self._lock = threading.RLock()
         if self._writer is not None:
@@ -415,8 +416,7 @@ class SnapshotStore:
 
     def _append(self, i: int, head: bytes, parts: list[Any], size: int, cost: float,
                 kind: int) -> int:
-        with self._lock:
-            self._after_fork()
+        with self._guard():
             if self._closed:
                 raise self._closed_error()
             if self._full or (kind == KIND_RECORD and self._loc.sid[i] >= 0):
