@@ -84,11 +84,28 @@ def _inherited(store):
 
 
 def test_a_forked_child_writes_shards_of_its_own(tmp_path):
+    import threading
+
     with SnapshotStore(tmp_path / "k", 4) as store:
         store.put(0, "parent")
+        held, release = threading.Event(), threading.Event()
+
+        def hold():  # another thread of the parent holds the store's lock during the fork
+            with store._lock:
+                held.set()
+                release.wait()
+
+        t = threading.Thread(target=hold)
+        t.start()
+        held.wait()
         p = FORK.Process(target=_inherited, args=(store,))
         p.start()
-        p.join(60)
+        p.join(30)
+        release.set()
+        t.join()
+        if p.exitcode is None:
+            p.kill()
+            p.join()
         assert p.exitcode == 0
         store.put(1, "parent again")  # the parent's shard is still the parent's
         store.refresh()
