@@ -17,6 +17,7 @@ from tests.service import pipelines
 
 STATS = {
     "address": "tcp://127.0.0.1:5555", "instance": "abc", "backend": "process",
+    "identity": "f00d",
     "datapoints": 100, "seed": 5, "shuffle": True, "uptime": 12.5,
     "jobs": {"eval": {"n": 10, "seed": 1, "shuffle": False}},
     "num_workers": 2,
@@ -33,12 +34,13 @@ STATS = {
          "ready": 1},
     ],
     "restarts": 1, "autotune": {"workers": 2, "maximum": 8, "decisions": []},
-    "dropped": {"token": 1, "decode": 2}, "bytes_out": 10000, "bottleneck": "pool",
+    "dropped": 3, "dropped_by_cause": {"token": 1, "decode": 2}, "bytes_out": 10000,
+    "bottleneck": "pool",
     "dispatcher_cpu_seconds": 0.125,
 }
 
 P = "dataflow_service_"
-DROPPED_HELP = "Messages dropped (malformed, wrong token, unknown operation), by cause."
+DROPPED_HELP = "Messages dropped (malformed, wrong token, unknown operation)."
 BOTTLENECK_HELP = ("1 for the side that limits the rate: the pool (consumers wait for more than "
                    "half of their time) or the consumers; 0 for both before any consumer "
                    "received.")
@@ -46,7 +48,7 @@ RATE_HELP = "Items the consumer received per second over the last 10 seconds."
 EXPECTED = f"""\
 # HELP {P}info Always 1; the labels say which service this is.
 # TYPE {P}info gauge
-{P}info{{address="tcp://127.0.0.1:5555",instance="abc",backend="process"}} 1
+{P}info{{address="tcp://127.0.0.1:5555",instance="abc",backend="process",identity="f00d"}} 1
 # HELP {P}uptime_seconds Seconds since the service started.
 # TYPE {P}uptime_seconds gauge
 {P}uptime_seconds 12.5
@@ -61,8 +63,11 @@ EXPECTED = f"""\
 {P}restarts_total 1
 # HELP {P}dropped_messages_total {DROPPED_HELP}
 # TYPE {P}dropped_messages_total counter
-{P}dropped_messages_total{{cause="decode"}} 2
-{P}dropped_messages_total{{cause="token"}} 1
+{P}dropped_messages_total 3
+# HELP {P}dropped_messages_by_cause_total Messages dropped, by cause.
+# TYPE {P}dropped_messages_by_cause_total counter
+{P}dropped_messages_by_cause_total{{cause="decode"}} 2
+{P}dropped_messages_by_cause_total{{cause="token"}} 1
 # HELP {P}bytes_sent_total Bytes of outputs the workers sent.
 # TYPE {P}bytes_sent_total counter
 {P}bytes_sent_total 10000
@@ -176,8 +181,8 @@ def test_a_fixed_stats_dict_renders_to_the_exact_text():
     assert text == EXPECTED
     assert prometheus_text(STATS) == text  # pure: the same dict, the same text
     types = _check_grammar(text)
-    assert len(types) == 28
-    assert sum(kind == "counter" for kind in types.values()) == 9
+    assert len(types) == 29
+    assert sum(kind == "counter" for kind in types.values()) == 10
 
 
 def test_missing_figures_are_left_out_and_an_int_dropped_has_no_cause():
@@ -194,6 +199,19 @@ def test_missing_figures_are_left_out_and_an_int_dropped_has_no_cause():
         '# TYPE dataflow_service_dropped_messages_total counter\n'
         'dataflow_service_dropped_messages_total 3\n')
     _check_grammar(text)
+
+
+def test_dropped_counted_by_cause_only_gives_the_total_too():
+    text = prometheus_text({"dropped": {"size": 2, "decode": 5}})
+    assert text.split("\n")[3:10] == [
+        "# HELP dataflow_service_dropped_messages_total Messages dropped (malformed, wrong "
+        "token, unknown operation).",
+        "# TYPE dataflow_service_dropped_messages_total counter",
+        "dataflow_service_dropped_messages_total 7",
+        "# HELP dataflow_service_dropped_messages_by_cause_total Messages dropped, by cause.",
+        "# TYPE dataflow_service_dropped_messages_by_cause_total counter",
+        'dataflow_service_dropped_messages_by_cause_total{cause="decode"} 5',
+        'dataflow_service_dropped_messages_by_cause_total{cause="size"} 2']
 
 
 def test_label_values_are_escaped():
@@ -214,7 +232,9 @@ def test_prometheus_clients_parser_reads_every_family():
     families = {f.name: f for f in parser.text_string_to_metric_families(EXPECTED)}
     # the parser names a counter's family without its _total
     assert families["dataflow_service_restarts"].type == "counter"
-    assert [s.value for s in families["dataflow_service_dropped_messages"].samples] == [2, 1]
+    assert [s.value for s in families["dataflow_service_dropped_messages"].samples] == [3]
+    assert [s.value for s in families["dataflow_service_dropped_messages_by_cause"].samples] \
+        == [2, 1]
     assert families["dataflow_service_worker_busy_ratio"].samples[1].labels == {"worker": "1"}
 
 
@@ -273,8 +293,10 @@ def test_a_live_services_stats_over_the_port():
     assert "dataflow_service_workers 1" in lines
     assert "dataflow_service_datapoints 20" in lines
     assert "dataflow_service_restarts_total 0" in lines
-    assert f'dataflow_service_info{{address="{svc.address}",instance="{svc.instance}",' \
-           f'backend="process"}} 1' in lines
+    (info,) = [line for line in lines if line.startswith("dataflow_service_info{")]
+    assert info.startswith(f'dataflow_service_info{{address="{svc.address}",'
+                           f'instance="{svc.instance}",backend="process"')
+    assert info.endswith("} 1")
     _check_grammar(text)
 
 

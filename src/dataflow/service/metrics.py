@@ -101,24 +101,25 @@ class _Families:
 
 
 def _service(out: _Families, s: Mapping[str, Any]) -> None:
-    out.add("info", "gauge", "Always 1; the labels say which service this is.", 1,
-            {"address": s.get("address") or "", "instance": s.get("instance") or "",
-             "backend": s.get("backend") or "process"})
+    info = {"address": s.get("address") or "", "instance": s.get("instance") or "",
+            "backend": s.get("backend") or "process"}
+    if s.get("identity"):  # (the fingerprint of what the outputs depend on)
+        info["identity"] = str(s["identity"])
+    out.add("info", "gauge", "Always 1; the labels say which service this is.", 1, info)
     out.add("uptime_seconds", "gauge", "Seconds since the service started.", s.get("uptime"))
     out.add("datapoints", "gauge", "Datapoints in one epoch of the default pipeline.",
             s.get("datapoints"))
     out.add("workers", "gauge", "Workers in the pool now.", s.get("num_workers"))
     out.add("restarts_total", "counter", "Workers replaced after they died or froze.",
             s.get("restarts"))
-    dropped = s.get("dropped")
-    if isinstance(dropped, Mapping):
-        for cause, count in sorted(dropped.items()):
-            out.add("dropped_messages_total", "counter",
-                    "Messages dropped (malformed, wrong token, unknown operation), by cause.",
-                    count, {"cause": cause})
-    else:
-        out.add("dropped_messages_total", "counter",
-                "Messages dropped (malformed, wrong token, unknown operation).", dropped)
+    dropped, causes = s.get("dropped"), s.get("dropped_by_cause")
+    if isinstance(dropped, Mapping):  # (counted by cause only)
+        dropped, causes = sum(dropped.values()), dropped
+    out.add("dropped_messages_total", "counter",
+            "Messages dropped (malformed, wrong token, unknown operation).", dropped)
+    for cause, count in sorted((causes or {}).items()):
+        out.add("dropped_messages_by_cause_total", "counter",
+                "Messages dropped, by cause.", count, {"cause": str(cause)})
     out.add("bytes_sent_total", "counter", "Bytes of outputs the workers sent.",
             s.get("bytes_out"))
     out.add("dispatcher_cpu_seconds_total", "counter", "CPU seconds the dispatcher's loop used.",
