@@ -93,6 +93,9 @@ def test_a_closure_value_a_constant_and_the_source_change_the_key():
     # the order of the source is part of what a position means; its shuffle flag is not
     assert _key(make(1), ds) == _key(make(1), df.DataFromList([[1], [2]], shuffle=True))
     assert _key(make(1), [[1], [2]]) != _key(make(1), [[2], [1]])
+    assert source_parts([["a", 1]]) != source_parts([["a", "1"]]) != source_parts([("a", "1")])
+    big = np.zeros(5000)  # (its repr would abbreviate: arrays count by their bytes)
+    assert source_parts([[big]]) != source_parts([[np.where(np.arange(5000) == 2500, 1.0, big)]])
 
 
 def test_files_of_a_source_count_by_name_size_and_mtime(tmp_path):
