@@ -109,7 +109,7 @@ def test_a_changed_closure_is_a_new_key_and_explain_says_what_changed(tmp_path):
     b = SnapshotData([[1], [2]], tmp_path, map_func=_offset(2))
     assert b.key != a.key
     text = b.explain()
-    assert f"{a.key}: func: changed; func.closure:k: changed" in text
+    assert f"{a.key}: func.closure:k: changed" in text and "this one: 0 of 2" in text
     c = SnapshotData([[1], [5]], tmp_path, map_func=_offset(1))
     assert "source.items: changed" in c.explain() and c.key != a.key
 

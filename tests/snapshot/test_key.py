@@ -145,9 +145,11 @@ def test_explain_change_names_the_changed_part():
 
     before, now = function_parts(f), function_parts(g)
     assert "func.global:SCALE" in now
-    assert explain_change(now, before) == ["func: changed", "func.code: changed"]
-    assert explain_change(function_parts(decode), function_parts(f))[:2] == [
-        "func: changed", "func.code: changed"]
+    assert explain_change(now, before) == ["func.code: changed"]
+    assert explain_change(function_parts(decode), function_parts(f)) == [
+        "func.code: changed", "func.defaults: new", "func.global:SCALE: gone",
+        "func.global:_helper.code: new",
+        "func.global:_helper.global:SCALE: new", "func.global:np: new"]
 
 
 _VALUES = st.recursive(

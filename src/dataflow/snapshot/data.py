@@ -188,8 +188,8 @@ class SnapshotData(ReaderState, RNGDataFlow):
         global, the source)."""
         lines = [f"snapshot {self.key} under {self.path!r}: {len(self.parts)} parts "
                  f"({', '.join(sorted(self.parts))})"]
-        here = os.path.isdir(self.root)
-        lines.append(f"  this one: {'exists' if here else 'not written yet'}")
+        store = self._open()
+        lines.append(f"  this one: {store.stored()} of {self._size} outputs stored")
         for other, parts in sorted(self._others().items()):
             diff = explain_change(self.parts, parts)
             lines.append(f"  {other}: " + ("; ".join(diff) if diff else

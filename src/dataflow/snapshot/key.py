@@ -409,9 +409,15 @@ def make_key(parts: dict[str, str]) -> str:
 
 
 def explain_change(now: dict[str, str], before: dict[str, str]) -> list[str]:
-    """What differs between two sets of parts, one line per part (``[]``: none)."""
+    """What differs between two sets of parts, one line per part (``[]``: none); a part whose
+    change is explained by a changed part inside it (``func`` by ``func.global:K``) is left
+    out."""
     lines = []
-    for name in sorted(set(now) | set(before)):
+    names = sorted(set(now) | set(before))
+    differs = {n for n in names if now.get(n) != before.get(n)}
+    for name in names:
+        if any(other.startswith(name + ".") for other in differs):
+            continue
         if name not in before:
             lines.append(f"{name}: new")
         elif name not in now:
