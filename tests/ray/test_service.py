@@ -344,7 +344,8 @@ def test_all_ranks_restarted_with_another_world_size_on_three_nodes(cluster_repo
 def test_two_jobs_on_one_pool_are_exact_and_get_equal_shares_on_three_nodes(cluster_report):
     report = cluster_report["jobs"]
     # job "a" reads the service's pipeline, job "b" the same one with its own seed (jobs=)
-    assert report["jobs"] == {"b": {"n": 1000, "seed": service_cluster.JOB_B_SEED,
+    assert report["jobs"] == {"a": {"n": 1000, "seed": 5, "shuffle": True},
+                              "b": {"n": 1000, "seed": service_cluster.JOB_B_SEED,
                                     "shuffle": True}}
     assert report["workers"] == 2
     for job, seed in (("a", 5), ("b", service_cluster.JOB_B_SEED)):

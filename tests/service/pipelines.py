@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import sys
 import time
 
 import numpy as np
@@ -59,3 +60,28 @@ def make() -> DataService:
 
 def not_a_service() -> list:
     return [1, 2]
+
+
+#: the datapoints whose map call :func:`poison` spoils, and how
+POISON = {11: "os._exit", 13: "sys.exit", 17: "lone surrogate", 19: "tuple key", 23: "b'nd' key",
+          37: "raises"}
+
+
+def poison(dp: list) -> list:
+    """A map whose call fails in every way a worker meets: it ends the process, exits, gives
+    an output that cannot be encoded or decoded, or raises (see :data:`POISON`)."""
+    i = int(dp[0])
+    what = POISON.get(i) if os.environ.get("SVC_POISON", "1") == "1" else None
+    if what == "os._exit":
+        os._exit(3)
+    if what == "sys.exit":
+        sys.exit(4)
+    if what == "lone surrogate":
+        return [i, "name-\udcff.jpg"]
+    if what == "tuple key":
+        return [i, {(1, 2): 3}]
+    if what == "b'nd' key":
+        return [i, {b"nd": 1}]
+    if what == "raises":
+        raise ValueError(f"cannot read datapoint {i}")
+    return [i, "ok"]
