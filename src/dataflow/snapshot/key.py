@@ -159,11 +159,13 @@ def _encode(value: Any, walk: _Walk, name: str) -> Any:
     walk.active.add(id(value))
     try:
         if isinstance(value, list | tuple):
-            return [type(value).__name__, [_encode(v, walk, name) for v in value]]
+            return [type(value).__name__, [_encode(v, walk, f"{name}[{k}]")
+                                           for k, v in enumerate(value)]]
         if isinstance(value, set | frozenset):
             return ["set", sorted(json.dumps(_encode(v, walk, name)) for v in value)]
         if isinstance(value, dict):
-            items = [[_encode(k, walk, name), _encode(v, walk, name)] for k, v in value.items()]
+            items = [[_encode(k, walk, name), _encode(v, walk, _member(name, k))]
+                     for k, v in value.items()]
             return ["dict", sorted(items, key=json.dumps)]
         identity = getattr(value, "snapshot_identity", None)
         if callable(identity) and not isinstance(value, type):
@@ -177,6 +179,13 @@ def _encode(value: Any, walk: _Walk, name: str) -> Any:
             return ["opaque", _class_name(type(value))]
     finally:
         walk.active.discard(id(value))
+
+
+def _member(name: str, key: Any) -> str:
+    """The part name of a dict entry or an attribute: ``name.attr``, ``name[key]``."""
+    if isinstance(key, str) and key.isidentifier():
+        return f"{name}.{key}"
+    return f"{name}[{key!r}]" if isinstance(key, str | int) else name
 
 
 def _object_state(obj: Any, walk: _Walk, name: str) -> Any:
