@@ -235,3 +235,20 @@ def test_it_is_read_in_place_by_position_and_profiled(tmp_path):
     assert (s["misses"], s["hits"]) == (6, 2)  # (index 4 was read above, 6 is a drop)
     assert "snapshot hit rate" in report.format()
     snap.close()
+
+
+@pytest.mark.parametrize("compression", ["lz4", "zstd"])
+def test_compressed_snapshots_read_back_the_same(tmp_path, compression):
+    snap = SnapshotData(pipelines.records(8), tmp_path, map_func=pipelines.decode,
+                        compression=compression, verify=0)
+    snap.reset_state()
+    first = epoch(snap)
+    assert epoch(snap) == first == epoch(_uncached_reset(8))
+    assert snap.stats()["hits"] == 8
+    snap.close()
+
+
+def _uncached_reset(n):
+    flow = _uncached(n)
+    flow.reset_state()
+    return flow
