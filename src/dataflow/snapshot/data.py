@@ -10,6 +10,7 @@ worker, another job) opens its own writer of the same snapshot and reads what th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -242,13 +243,19 @@ class SnapshotData(ReaderState, RNGDataFlow):
             n = min(CHECK_INPUTS, len(reader))
             inputs = [reader.get(i) for i in range(n)]
             check_deterministic(self.map_func, inputs)  # type: ignore[arg-type]
-        os.makedirs(self.root, exist_ok=True)
-        tmp = os.path.join(self.root, f".{CHECKED}.{os.getpid()}")
-        with open(tmp, "w") as f:
-            json.dump({"map_func": func_name(self.map_func), "func": self._func_digest(),
-                       "inputs": n}, f)
-        os.replace(tmp, os.path.join(self.root, CHECKED))
         self._checked = True
+        tmp = os.path.join(self.root, f".{CHECKED}.{os.getpid()}")
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            with open(tmp, "w") as f:
+                json.dump({"map_func": func_name(self.map_func), "func": self._func_digest(),
+                           "inputs": n}, f)
+            os.replace(tmp, os.path.join(self.root, CHECKED))
+        except OSError as e:  # (a full or read-only disk: other processes test again)
+            logger.warning("snapshot %s: could not record that map_func passed the randomness "
+                           "test (%s)", self.root, e)
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
 
     # ---- by position ----------------------------------------------------------------------
 
