@@ -58,28 +58,31 @@ def align(n: int) -> int:
     return (n + ALIGN - 1) & ~(ALIGN - 1)
 
 
+class _RefusedError(Exception):
+    """A value that cannot be stored; ``path`` is filled in on the way out of the walk."""
+
+    def __init__(self, what: str, fix: str) -> None:
+        super().__init__(what)
+        self.what, self.fix, self.path = what, fix, []
+
+
+def _refuse_dtype(dt: np.dtype) -> _RefusedError:
+    return _RefusedError(f"an array of dtype {dt}", "convert it to an array of numbers, bools or "
+                    "strings (e.g. np.asarray(a, dtype=np.float32))")
+
+
 class _Encoder:
     """One value's skeleton (a list of byte strings) and its array blocks, in walk order."""
 
-    __slots__ = ("arrays", "index", "out")
+    __slots__ = ("arrays", "out")
 
-    def __init__(self, index: int) -> None:
+    def __init__(self) -> None:
         self.out: list[bytes] = []
         self.arrays: list[np.ndarray] = []
-        self.index = index
 
-    def refuse(self, where: str, what: str, fix: str) -> TypeError:
-        return TypeError(
-            f"SnapshotStore: the value at index {self.index} holds {what} at {where or 'the top'}; "
-            f"a snapshot stores lists, tuples, dicts, NumPy arrays and scalars, int, float, bool, "
-            f"None, str and bytes (no pickle): {fix}, or put this part of the pipeline after the "
-            "snapshot."
-        )
-
-    def dtype(self, dt: np.dtype, where: str) -> None:
+    def dtype(self, dt: np.dtype) -> None:
         if dt.hasobject:
-            raise self.refuse(where, f"an array of dtype {dt}", "convert it to an array of "
-                              "numbers, bools or strings (e.g. np.asarray(a, dtype=np.float32))")
+            raise _refuse_dtype(dt)
         if dt.names is None and dt.subdtype is None:
             text = dt.str
         else:
@@ -87,13 +90,17 @@ class _Encoder:
         raw = text.encode()
         self.out.append(_U16.pack(len(raw)) + raw)
 
-    def walk(self, x: Any, where: str) -> None:
+    def walk(self, x: Any) -> None:
         out = self.out
         t = type(x)
         if t is list or t is tuple:
             out.append((b"l" if t is list else b"t") + _U32.pack(len(x)))
             for k, v in enumerate(x):
-                self.walk(v, f"{where}[{k}]")
+                try:
+                    self.walk(v)
+                except _RefusedError as e:
+                    e.path.append(f"[{k}]")
+                    raise
         elif t is int:
             if _INT64_MIN <= x <= _INT64_MAX:
                 out.append(b"i" + _I64.pack(x))
@@ -103,13 +110,21 @@ class _Encoder:
         elif t is dict:
             out.append(b"d" + _U32.pack(len(x)))
             for k, v in x.items():
-                self.walk(k, f"{where} (a key)")
-                self.walk(v, f"{where}[{k!r}]")
-        elif isinstance(x, np.ndarray):
+                try:
+                    self.walk(k)
+                except _RefusedError as e:
+                    e.path.append(f"<the key {k!r}>")
+                    raise
+                try:
+                    self.walk(v)
+                except _RefusedError as e:
+                    e.path.append(f"[{k!r}]")
+                    raise
+        elif isinstance(x, np.ndarray):  # subclasses (np.memmap, np.matrix) come back as arrays
             if isinstance(x, np.ma.MaskedArray):
-                raise self.refuse(where, "a masked array", "store its data and mask as two arrays")
+                raise _RefusedError("a masked array", "store its data and mask as two arrays")
             out.append(b"a")
-            self.dtype(x.dtype, where)
+            self.dtype(x.dtype)
             out.append(bytes((x.ndim,)) + _SHAPES[x.ndim].pack(*x.shape))
             self.arrays.append(np.ascontiguousarray(x))
         elif x is None:
@@ -123,19 +138,28 @@ class _Encoder:
             out.append((b"s" if t is str else b"b") + _U32.pack(len(raw)) + raw)
         elif isinstance(x, np.generic):
             out.append(b"g")
-            self.dtype(x.dtype, where)
+            self.dtype(x.dtype)
             out.append(np.asarray(x).tobytes())
         else:
-            raise self.refuse(where, f"a value of type {t.__module__}.{t.__qualname__}",
-                              "convert it to one of those types (a namedtuple to a tuple, a set "
-                              "to a sorted list, an object to a dict of its fields)")
+            raise _RefusedError(f"a value of type {t.__module__}.{t.__qualname__}",
+                           "convert it to one of those types (a namedtuple to a tuple, a set "
+                           "to a sorted list, an object to a dict of its fields)")
 
 
 def encode(value: Any, index: int) -> tuple[list[Any], int]:
     """``value`` as a list of buffers to write one after another (the skeleton, padding and
     the arrays' memory, not copied), and their total length in bytes (a multiple of 64)."""
-    enc = _Encoder(index)
-    enc.walk(value, "")
+    enc = _Encoder()
+    try:
+        enc.walk(value)
+    except _RefusedError as e:
+        where = "".join(reversed(e.path)) or "the top"
+        raise TypeError(
+            f"SnapshotStore: the value at index {index} holds {e.what} at {where}; a snapshot "
+            "stores lists, tuples, dicts, NumPy arrays and scalars, int, float, bool, None, str "
+            f"and bytes (no pickle): {e.fix}, or put this part of the pipeline after the "
+            "snapshot."
+        ) from None
     skeleton = b"".join(enc.out)
     head = _U32.pack(len(skeleton)) + skeleton
     n = align(len(head))
