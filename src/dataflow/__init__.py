@@ -31,10 +31,7 @@ paths (``dataflow.common``, ``dataflow.image``, ...) and the standalone ``datafl
 import importlib as _importlib
 import types as _types
 
-from dataflow import (
-    _legacy,
-    snapshot,  # the package, callable: dataflow.snapshot(ds, path)
-)
+from dataflow import _legacy
 from dataflow._version import __version__
 from dataflow.base import DataFlow, ProxyDataFlow, RNGDataFlow
 from dataflow.errors import (
@@ -84,7 +81,6 @@ from dataflow.serialize import (
     TFRecordSerializer,
 )
 from dataflow.sharding import ShardData, shard
-from dataflow.snapshot import SnapshotData
 from dataflow.sources import (
     DataFromGenerator,
     DataFromIterable,
@@ -123,10 +119,12 @@ _legacy.install()  # tensorpack's old module paths (see dataflow._legacy)
 
 # submodules loaded on first access; "dataset" and "imgaug" are also in __all__ (tensorpack's
 # star import has them), so `from dataflow import *` loads those two
-_LAZY_SUBMODULES = ("dataset", "imgaug", "input_source", "jax", "ray", "streaming",
+# ("snapshot" is callable: dataflow.snapshot(ds, path) cuts a pipeline, see dataflow.snapshot)
+_LAZY_SUBMODULES = ("dataset", "imgaug", "input_source", "jax", "ray", "snapshot", "streaming",
                     "torch")
 # names loaded from a lazy submodule on first access
-_LAZY_NAMES = {"StreamingShards": "streaming", "TarShardSerializer": "streaming"}
+_LAZY_NAMES = {"SnapshotData": "snapshot", "StreamingShards": "streaming",
+               "TarShardSerializer": "streaming"}
 _STAR_SUBMODULES = ("dataset", "imgaug")
 
 

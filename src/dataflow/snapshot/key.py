@@ -24,14 +24,13 @@ one changed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import importlib.metadata
 import itertools
 import json
 import os
 import pickle
 import sys
-import sysconfig
 import types
 from collections.abc import Callable
 from typing import Any
@@ -57,13 +56,13 @@ def _sha(data: bytes) -> str:
 
 # ---- where a module lives -----------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1)
 def _library_roots() -> tuple[str, ...]:
+    import sysconfig
+
     paths = sysconfig.get_paths()
     roots = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
     return tuple(sorted(os.path.realpath(r) for r in roots if r))
-
-
-_ROOTS = _library_roots()
 
 
 def _package_version(module_name: str) -> str | None:
@@ -82,8 +81,10 @@ def _package_version(module_name: str) -> str | None:
         return f"python {sys.version_info[0]}.{sys.version_info[1]}" if module else None
     real = os.path.realpath(file)
     if "site-packages" not in real and "dist-packages" not in real and not any(
-            real.startswith(root + os.sep) for root in _ROOTS):
+            real.startswith(root + os.sep) for root in _library_roots()):
         return None
+    import importlib.metadata
+
     try:
         return f"{top} {importlib.metadata.version(top)}"
     except importlib.metadata.PackageNotFoundError:
@@ -267,8 +268,6 @@ def _class_name(cls: type) -> str:
 
 
 def _is_partial(value: Any) -> bool:
-    import functools
-
     return isinstance(value, functools.partial)
 
 
@@ -293,8 +292,6 @@ def _code_digest(code: types.CodeType, walk: _Walk, name: str) -> tuple[str, lis
 
 def _callable_parts(fn: Any, walk: _Walk, name: str) -> str:
     """Record the parts of a callable under ``name`` and return its own digest."""
-    import functools
-
     if isinstance(fn, functools.partial):
         return _sha(json.dumps(["partial", _callable_parts(fn.func, walk, f"{name}.func"),
                                 _encode(list(fn.args), walk, name),
