@@ -155,25 +155,25 @@ class SnapshotStore:
         if not 0 <= i < self._size:
             raise IndexError(f"SnapshotStore.get: index {i!r} is out of range(0, {self._size})")
         loc = self._loc
-        sid = loc.sid[i]
+        sid = loc.sid.item(i)
         if sid < 0:
             if self._closed:
                 raise self._closed_error()
             if time.monotonic() - self._last_refresh >= MISS_REFRESH_S:
                 self.refresh()
                 loc = self._loc
-                sid = loc.sid[i]
+                sid = loc.sid.item(i)
             if sid < 0:
                 self._counts["misses"] += 1
                 return False, None
         shard = self._shards[sid]
-        off = int(loc.off[i])
+        off = loc.off.item(i)
         if not loc.checked[i]:  # the first read of this record in this process
             problem = self._check(shard, off, i)
             if problem:
                 return self._corrupt(i, problem)
             loc.checked[i] = True
-        elif off + int(loc.rsize[i]) > shard.mapped:  # our own shard, grown since mapped
+        elif off + loc.rsize.item(i) > shard.mapped:  # our own shard, grown since mapped
             self._remap(shard)
         mm = shard.mm
         _, _, cd, _, _, plen, raw_len, _, _, _ = HEADER.unpack_from(mm, off)
