@@ -70,6 +70,27 @@ def test_two_writers_at_once_then_a_third_process_reads_everything(tmp_path):
     assert len(files(root)) == 5  # meta.json, two shards and their indexes: no lock file
 
 
+def _open_at_once(root, barrier, k):
+    barrier.wait()
+    with SnapshotStore(root, 8, meta={"writer": k}) as store:
+        store.put(k, k)
+
+
+def test_processes_that_create_one_snapshot_at_once_agree_on_its_meta(tmp_path):
+    root = str(tmp_path / "k")
+    barrier = FORK.Barrier(4)
+    procs = [FORK.Process(target=_open_at_once, args=(root, barrier, k)) for k in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0] * 4
+    with SnapshotStore(root, 8) as store:
+        assert store.info["meta"]["writer"] in range(4)  # one of them, whole
+        assert [store.get(k) for k in range(4)] == [(True, k) for k in range(4)]
+    assert not [x for x in files(root) if x.startswith(".")]
+
+
 def test_a_miss_looks_for_what_other_writers_stored(tmp_path, monkeypatch):
     with SnapshotStore(tmp_path / "k", 3) as a, SnapshotStore(tmp_path / "k", 3) as b:
         a.put(1, "x")
