@@ -85,3 +85,8 @@ def poison(dp: list) -> list:
     if what == "raises":
         raise ValueError(f"cannot read datapoint {i}")
     return [i, "ok"]
+
+
+def megabyte(dp: list) -> list:
+    """An output of one MB (an image, a spectrogram)."""
+    return [int(dp[0]), np.full(1 << 20, dp[0] % 256, np.uint8)]

@@ -36,6 +36,8 @@ CHUNK = 4
 #: bytes of the shared ring a consumer makes for each worker on its machine (the arrays of
 #: the answers in flight from that worker; an answer that does not fit goes through the socket)
 RING_BYTES = 16 * 1024 * 1024
+#: the default bound of the bytes of outputs a consumer asks for or holds ahead
+PREFETCH_BYTES = 256 * 1024 * 1024
 
 
 class ServiceError(DataFlowError, ConnectionError):
@@ -76,7 +78,15 @@ class ServiceData(EpochCounter, DataFlow):
     service's workers before a :class:`ServiceError` (the dispatcher answering does not count:
     a map call stuck forever ends in this error; give more than the slowest map call).
     ``token``: the service's shared secret (default: ``DATAFLOW_SERVICE_TOKEN``).
-    ``prefetch``: outputs asked for ahead of the one yielded.
+    ``prefetch``: outputs asked for ahead of the one yielded; ``prefetch_bytes``: at most
+    about that many bytes of outputs asked for or received ahead (the size of an output is
+    learnt from those received; at least one output is always asked for).
+    ``on_error``/``max_errors``: the bad-sample policy (:mod:`dataflow.policy`) for an input
+    whose map call raised, ended its worker's process (twice: it is not asked a third time) or
+    gave an output that cannot travel: ``"raise"`` (default) raises a ``WorkerError`` at its
+    turn, after the outputs before it, naming the dataset index and the epoch position;
+    ``"skip"``/``"warn"`` count it and give the rank's last output again in its place, so that
+    every rank still yields ``len()`` outputs (past ``max_errors``: ``ErrorBudgetError``).
 
     ``state_dict()`` is ``{"epoch", "pos", "done", "rank", "world_size", "start", ...}``: a
     restore continues the epoch exactly, also with another world size when every rank restores
@@ -85,7 +95,8 @@ class ServiceData(EpochCounter, DataFlow):
 
     def __init__(self, address: str, *, rank: int | None = None, world_size: int | None = None,
                  job: str = "default", partial: str = "drop", timeout: float = 30.0,
-                 token: str | None = None, prefetch: int = 64, on_error: str = "raise",
+                 token: str | None = None, prefetch: int = 64,
+                 prefetch_bytes: int = PREFETCH_BYTES, on_error: str = "raise",
                  max_errors: int | float | None = None) -> None:
         protocol.host_of(address)  # (validated now)
         self.address = address
@@ -99,6 +110,13 @@ class ServiceData(EpochCounter, DataFlow):
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"`prefetch` must be a positive int, got {prefetch!r}.")
         self.prefetch = prefetch
+        if isinstance(prefetch_bytes, bool) or not isinstance(prefetch_bytes, int) \
+                or prefetch_bytes < 1:
+            raise ValueError(f"`prefetch_bytes` must be a positive int (bytes of outputs "
+                             f"ahead), got {prefetch_bytes!r}; e.g. {PREFETCH_BYTES}.")
+        self.prefetch_bytes = prefetch_bytes
+        self._out_bytes = 0.0  # the recent size of an output, in bytes (0: none seen yet)
+        self._held: dict[int, float] = {}  # position -> bytes, of the outputs ready
         self.on_error, self.max_errors = on_error, max_errors
         self._policy = make_policy("ServiceData", on_error, max_errors)
         self._skipped = 0  # inputs skipped since this consumer was made
@@ -297,6 +315,7 @@ class ServiceData(EpochCounter, DataFlow):
         import zmq
 
         todo = [(int(p), int(i)) for p, i in zip(positions, indices)]
+        self._held.clear()
         job = self.job if self.job in (self._config or {}).get("jobs", {}) else ""
         nxt = 0  # next item to ask for
         ready: dict[int, Any] = {}  # position -> output, received ahead of its turn
@@ -342,6 +361,14 @@ class ServiceData(EpochCounter, DataFlow):
                     ask(resend)
                     resend = []
                 room = self.prefetch - len(where)
+                if self._out_bytes > 0:  # (and within prefetch_bytes, at least one)
+                    held = sum(self._held.values())
+                    room = min(room, int((self.prefetch_bytes - held) / self._out_bytes)
+                               - len(where))
+                    if not where:
+                        room = max(room, 1)
+                else:  # (the size of an output is not known yet: one for each worker)
+                    room = min(room, max(len(live), 1) - len(where))
                 if room > 0 and nxt < len(todo) and live:
                     ask(todo[nxt:nxt + room])
                     nxt = min(len(todo), nxt + room)
@@ -408,6 +435,7 @@ class ServiceData(EpochCounter, DataFlow):
                         f"{self.timeout:g} s (rank {self.rank} of {self.world_size}, job "
                         f"{self.job!r}, epoch {epoch}, output {self._pos}).")
             out = ready.pop(want_pos)
+            self._held.pop(want_pos, None)
             k += 1
             if isinstance(out, _Failed):
                 out = self._failed(out, epoch, want_pos, last)
@@ -440,9 +468,10 @@ class ServiceData(EpochCounter, DataFlow):
             self._dropped += 1
             return
         # bytes in: the frames, and what the answer's arrays took in the shared ring
-        self._bytes += sum(len(f) for f in frames)
+        size = sum(len(f) for f in frames)
         if ring is not None:
-            self._bytes += ring[1].tail[0] - released
+            size += ring[1].tail[0] - released
+        self._bytes += size
         if msg.get("nr") and ring is not None:
             self._new_ring(key)  # (the worker let the ring go: it was unused for long)
         if msg["op"] == "err":
@@ -465,6 +494,10 @@ class ServiceData(EpochCounter, DataFlow):
             w, _ = where.pop(p)
             load[w] = max(0, load.get(w, 0) - 1)
             ready[p] = result
+            each = size / len(outs)
+            self._held[p] = each
+            self._out_bytes = each if not self._out_bytes else \
+                0.8 * self._out_bytes + 0.2 * each
 
     def _failed(self, failure: _Failed, epoch: int, pos: int, last: Any) -> Any:
         """An input that failed at its turn: raised (``on_error="raise"``), or counted and
