@@ -377,10 +377,9 @@ class SnapshotData(ReaderState, RNGDataFlow):
         store, self._store = self._store, None
         if store is not None:
             store.close()
-        reader, self._reader = self._reader, None
-        close = getattr(reader, "close", None)
-        if callable(close):
-            close()
+        self._reader = None
+        if isinstance(self.ds, DataFlow):  # (idempotent, as every flow's close)
+            self.ds.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
