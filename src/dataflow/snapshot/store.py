@@ -229,8 +229,7 @@ class SnapshotStore:
                         self._writer.abandon()  # the next record starts a new shard
                         self._writer, self._own = None, -1
                     self._loc.lose_shard(sid)
-                    shard.close()
-                    self._shards[sid] = None
+                    self._shards[sid] = None  # (its map closes once no thread reads it)
                 elif sid != self._own and not shard.sealed:
                     done = shard.name in sealed  # its writer has sealed it: walk it one last time
                     if done or shard.size_on_disk() >= shard.walked + _ALIGN:
@@ -301,10 +300,7 @@ class SnapshotStore:
                 if name.endswith((SUFFIX, INDEX_SUFFIX)) or f"{INDEX_SUFFIX}.tmp-" in name:
                     with contextlib.suppress(FileNotFoundError):
                         os.remove(os.path.join(self.root, name))
-            for shard in self._shards:
-                if shard is not None:
-                    shard.close()
-            self._reset_index()
+            self._reset_index()  # (the maps close once no thread reads them)
 
     def flush(self) -> None:
         """Make every record put so far durable (they are visible to others once put)."""
