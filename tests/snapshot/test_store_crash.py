@@ -95,6 +95,8 @@ def test_a_miss_looks_for_what_other_writers_stored(tmp_path, monkeypatch):
     with SnapshotStore(tmp_path / "k", 3) as a, SnapshotStore(tmp_path / "k", 3) as b:
         a.put(1, "x")
         assert b.has(1) is False  # not looked for yet
+        b.refresh(min_interval=3600)  # refreshed less than an hour ago: nothing done
+        assert b.has(1) is False
         monkeypatch.setattr(store_module, "MISS_REFRESH_S", 0.0)
         assert b.get(1) == (True, "x")
 

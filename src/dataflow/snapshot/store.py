@@ -160,7 +160,7 @@ class SnapshotStore:
             if self._closed:
                 raise self._closed_error()
             if time.monotonic() - self._last_refresh >= MISS_REFRESH_S:
-                self.refresh()
+                self.refresh(MISS_REFRESH_S)
                 loc = self._loc
                 sid = loc.sid.item(i)
             if sid < 0:
@@ -213,9 +213,13 @@ class SnapshotStore:
         return {"records": self._loc.n, **self._counts,
                 "shards": sum(s is not None for s in self._shards)}
 
-    def refresh(self) -> None:
+    def refresh(self, min_interval: float = 0.0) -> None:
         """Read what other processes wrote since the last refresh (new shards, new records,
-        shards removed by :meth:`drop`)."""
+        shards removed by :meth:`drop`): a listing of ``root`` and a ``stat`` per shard still
+        being written. With ``min_interval`` (seconds), nothing is done if the last refresh was
+        more recent (a miss refreshes so, at most once a second)."""
+        if min_interval and time.monotonic() - self._last_refresh < min_interval:
+            return
         with self._guard():
             if self._closed:
                 raise self._closed_error()
