@@ -252,3 +252,14 @@ def _uncached_reset(n):
     flow = _uncached(n)
     flow.reset_state()
     return flow
+
+
+def test_the_public_signature():
+    import inspect
+
+    assert str(inspect.signature(df.SnapshotData)).replace("'", "") == (
+        "(ds: Any, path: str | os.PathLike[str], *, map_func: Callable[[Any], Any] | None = "
+        "None, key: str | None = None, budget: int | str | None = None, verify: float | str = "
+        "0.01, compression: str | None = None, shuffle: bool = False, seed: int | None = None, "
+        "on_full: str = raise) -> None")
+    assert df.SnapshotData is SnapshotData and callable(df.snapshot)
