@@ -6,8 +6,12 @@ from __future__ import annotations
 import importlib
 import subprocess
 import sys
+import tempfile
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import dataflow as df
 from dataflow.serialize.npz_format import NumpyData
@@ -93,3 +97,52 @@ def test_a_cut_pipeline_resumes_exactly(tmp_path):
     finally:
         df.set_seed(None)
     assert len(seq) == 2 * 2  # 7 outputs an epoch (one drop): 2 batches of 3
+
+
+def _add(k):
+    def add(dp):
+        return [dp[0] + k, dp[1]]
+    return add
+
+
+def _scale(k):
+    def scale(x):
+        return x * k
+    return scale
+
+
+def _jitter(dp):
+    return [dp[0] + np.random.randint(0, 100), dp[1]]
+
+
+def _build(kinds, n=6):
+    flow = df.DataFromList([[i, i % 3] for i in range(n)], shuffle=False)
+    for k, kind in enumerate(kinds):
+        if kind == "add":
+            flow = df.MapData(flow, _add(k + 1))
+        elif kind == "scale":
+            flow = df.MapDataComponent(flow, _scale(k + 2), index=1)
+        else:
+            flow = df.MapData(flow, _jitter)
+    return flow
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.lists(st.sampled_from(["add", "scale", "random"]), min_size=1, max_size=5))
+def test_the_cut_is_at_the_first_random_stage_and_keeps_the_outputs(kinds):
+    deterministic = next((k for k, kind in enumerate(kinds) if kind == "random"), len(kinds))
+    np.random.seed(0)
+    want = _epochs(_build(kinds))
+    with tempfile.TemporaryDirectory() as folder:
+        if deterministic == 0:
+            with pytest.raises(ValueError, match="is random"):
+                df.snapshot(_build(kinds), folder)
+            return
+        flow = df.snapshot(_build(kinds), folder)
+        snap = flow
+        while not isinstance(snap, SnapshotData):
+            snap = snap.ds
+        assert len(snap.cut.stored) == 1 + deterministic
+        assert len(snap.cut.above) == len(kinds) - deterministic
+        np.random.seed(0)
+        assert _epochs(flow) == want
