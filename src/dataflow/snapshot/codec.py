@@ -63,7 +63,8 @@ class _RefusedError(Exception):
 
     def __init__(self, what: str, fix: str) -> None:
         super().__init__(what)
-        self.what, self.fix, self.path = what, fix, []
+        self.what, self.fix = what, fix
+        self.path: list[str] = []
 
 
 def _refuse_dtype(dt: np.dtype) -> _RefusedError:

@@ -166,7 +166,7 @@ class SnapshotStore:
             if sid < 0:
                 self._counts["misses"] += 1
                 return False, None
-        shard = self._shards[sid]
+        shard: ShardReader = self._shards[sid]  # type: ignore[assignment]  # (indexed: there)
         off = loc.off.item(i)
         if not loc.checked[i]:  # the first read of this record in this process
             problem = self._check(shard, off, i)
@@ -374,9 +374,8 @@ class SnapshotStore:
                 raise self._closed_error()
             shard.remap()
 
-    def _check(self, shard: ShardReader | None, off: int, i: int) -> str:
-        assert shard is not None
-        size = int(self._loc.rsize[i])
+    def _check(self, shard: ShardReader, off: int, i: int) -> str:
+        size = self._loc.rsize.item(i)
         if off + size > shard.mapped:
             self._remap(shard)
         return shard.check(off, size, i)
