@@ -40,11 +40,12 @@ import numpy as np
 
 from dataflow._version import __version__
 from dataflow.serialize._atomic_write import atomic_output
+from dataflow.snapshot import codec
 from dataflow.snapshot.codec import ALIGN, align
 
-__all__ = ["ENTRY", "FORMAT_VERSION", "HEADER", "KIND_RECORD", "KIND_TOMBSTONE", "ShardReader",
-           "ShardWriter", "header_bytes", "header_ok", "is_full_error", "meta_dict", "open_meta",
-           "shard_names"]
+__all__ = ["COMPRESSED_AT_MOST", "ENTRY", "FORMAT_VERSION", "HEADER", "KIND_RECORD",
+           "KIND_TOMBSTONE", "ShardReader", "ShardWriter", "frame_record", "frame_tombstone",
+           "header_bytes", "header_ok", "is_full_error", "meta_dict", "open_meta", "shard_names"]
 
 FORMAT_VERSION = 1
 META = "meta.json"
@@ -54,6 +55,9 @@ INDEX_VERSION = 1
 SUFFIX = ".shard"
 INDEX_SUFFIX = ".idx"
 KIND_RECORD, KIND_TOMBSTONE = 0, 1
+#: a record is stored compressed only if that makes it at most this fraction of its size;
+#: otherwise (decoded photos, noise) it is stored as it is, and read back without a copy
+COMPRESSED_AT_MOST = 0.9
 
 #: magic, kind, codec, reserved, index, payload length, decoded length, cost, payload CRC,
 #: header CRC
@@ -75,6 +79,36 @@ def header_bytes(kind: int, codec: int, index: int, plen: int, raw_len: int, cos
     head = HEADER.pack(MAGIC, kind, codec, 0, index, plen, raw_len, cost, crc, 0)
     hcrc = zlib.crc32(memoryview(head)[:_HEADER_CRC_SPAN])
     return head[:_HEADER_CRC_SPAN] + struct.pack("<I", hcrc) + _PAD
+
+
+def frame_record(index: int, value: Any, codec_id: int, cost: float
+                 ) -> tuple[bytes, list[Any], int]:
+    """The header, the payload's buffers (padding included) and the size on disk of the record
+    of ``value`` at ``index``. It is compressed with ``codec_id`` only if that makes it at most
+    :data:`COMPRESSED_AT_MOST` of its size."""
+    parts, raw_len = codec.encode(value, index)
+    cd, plen = 0, raw_len
+    if codec_id:
+        packed = codec.compress(codec_id, b"".join(parts))
+        if len(packed) <= COMPRESSED_AT_MOST * raw_len:
+            cd, plen, parts = codec_id, len(packed), [packed]
+    crc = 0
+    for p in parts:
+        crc = zlib.crc32(p, crc)
+    pad = align(plen) - plen
+    if pad:
+        parts.append(bytes(pad))
+    return header_bytes(KIND_RECORD, cd, index, plen, raw_len, cost, crc), parts, ALIGN + plen + pad
+
+
+def frame_tombstone(index: int, shard: str, offset: int) -> tuple[bytes, list[Any], int]:
+    """A tombstone for the record of ``index`` at ``offset`` in ``shard``, as
+    :func:`frame_record`."""
+    target = f"{shard}\n{offset}".encode()
+    pad = bytes(align(len(target)) - len(target))
+    head = header_bytes(KIND_TOMBSTONE, 0, index, len(target), len(target), 0.0,
+                        zlib.crc32(target))
+    return head, [target, pad], ALIGN + len(target) + len(pad)
 
 
 def header_ok(buf: Any, off: int) -> bool:

@@ -30,7 +30,6 @@ import os
 import threading
 import time
 import warnings
-import zlib
 from typing import Any
 
 import numpy as np
@@ -47,7 +46,8 @@ from dataflow.snapshot.shard import (
     SUFFIX,
     ShardReader,
     ShardWriter,
-    header_bytes,
+    frame_record,
+    frame_tombstone,
     is_full_error,
     meta_dict,
     open_meta,
@@ -62,9 +62,6 @@ logger = logging.getLogger("dataflow")
 DEFAULT_SHARD_BYTES = 1 << 30
 #: a miss looks for what other processes wrote at most this often (seconds)
 MISS_REFRESH_S = 1.0
-#: a record is stored compressed only if that makes it at most this fraction of its size;
-#: otherwise (decoded photos, noise) it is stored as it is, and read back without a copy
-COMPRESSED_AT_MOST = 0.9
 _ALIGN = codec.ALIGN
 
 
@@ -257,21 +254,8 @@ class SnapshotStore:
             raise self._closed_error()
         if self._loc.sid[i] >= 0 or self._full:
             return 0
-        parts, raw_len = codec.encode(value, int(i))
-        cd, plen = 0, raw_len
-        if self._codec:
-            packed = codec.compress(self._codec, b"".join(parts))
-            if len(packed) <= COMPRESSED_AT_MOST * raw_len:
-                cd, plen, parts = self._codec, len(packed), [packed]
-        crc = 0
-        for p in parts:
-            crc = zlib.crc32(p, crc)
-        pad = codec.align(plen) - plen
-        if pad:
-            parts.append(bytes(pad))
-        cost = float(cost or 0.0)
-        head = header_bytes(KIND_RECORD, cd, int(i), plen, raw_len, cost, crc)
-        return self._append(int(i), head, parts, _ALIGN + plen + pad, cost, KIND_RECORD)
+        head, parts, size = frame_record(int(i), value, self._codec, float(cost or 0.0))
+        return self._append(int(i), head, parts, size, float(cost or 0.0), KIND_RECORD)
 
     def discard(self, i: int) -> None:
         """Forget the record of index ``i`` (it will be recomputed), here and, through a
@@ -282,15 +266,10 @@ class SnapshotStore:
         with self._guard():
             if self._loc.sid[i] < 0:
                 return
-            name, off = self._loc.where(i)
-            target = f"{name}\n{off}".encode()
-            head = header_bytes(KIND_TOMBSTONE, 0, int(i), len(target), len(target), 0.0,
-                                zlib.crc32(target))
-            pad = bytes(codec.align(len(target)) - len(target))
+            head, parts, size = frame_tombstone(int(i), *self._loc.where(i))
             self._loc.kill(int(i))
             if not self._full:
-                self._append(int(i), head, [target, pad], _ALIGN + len(target) + len(pad), 0.0,
-                             KIND_TOMBSTONE)
+                self._append(int(i), head, parts, size, 0.0, KIND_TOMBSTONE)
 
     def drop(self) -> None:
         """Delete every record of this snapshot (all processes' shards; ``meta.json`` stays)."""
