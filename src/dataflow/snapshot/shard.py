@@ -9,7 +9,8 @@ The header (little-endian) is ``magic "DFS1" | u8 kind | u8 codec | u16 0 | u64 
 u64 payload length | u64 decoded length | f64 cost | u32 payload CRC-32 | u32 header CRC-32``
 (the last over the 44 bytes before it), then zeros. ``kind`` is a record or a *tombstone*
 (whose payload names a record, ``"<shard name>\\n<offset>"``, that readers must forget).
-``codec`` is how the payload is compressed (none, lz4, zstd).
+``codec`` is how the payload is compressed (none, lz4, zstd: a payload is stored compressed
+only if that makes it at least 10% smaller).
 
 Records are written with one ``writev`` each, so a reader sees a record only once it is whole
 (the file's size grows as the data lands); a record that does not fit in the file (a writer
