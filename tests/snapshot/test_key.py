@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import dataflow as df
+from dataflow.snapshot.explain import explain_change
 from dataflow.snapshot.key import (
-    explain_change,
     function_parts,
     make_key,
     source_parts,

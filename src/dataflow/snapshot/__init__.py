@@ -6,9 +6,9 @@
   deterministic prefix. This package is itself callable: ``dataflow.snapshot`` is both the
   package (``import dataflow.snapshot.store`` works) and that function, so ``dataflow.snapshot(ds,
   path)`` calls :func:`dataflow.snapshot.cut.snapshot`;
-* ``key``: the stable digest of the source and the function; ``determinism``: the randomness
-  test; ``budget``: what to store under a byte budget; ``store``, ``codec``, ``shard``: the
-  on-disk format;
+* ``key``: the stable digest of the source and the function (``explain``: what changed);
+  ``determinism``: the randomness test; ``budget``: what to store under a byte budget;
+  ``store``, ``shard``, ``codec``, ``locations``: the on-disk format;
 * ``source``: the shared by-position reader of flows (also used by the data service, which reads
   this layer and is never imported by it).
 """

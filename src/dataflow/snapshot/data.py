@@ -31,7 +31,8 @@ from dataflow.snapshot.determinism import (
     fingerprint,
     func_name,
 )
-from dataflow.snapshot.key import explain_change, function_parts, make_key, source_parts
+from dataflow.snapshot.explain import explain_snapshot
+from dataflow.snapshot.key import function_parts, make_key, source_parts
 from dataflow.snapshot.source import positional
 from dataflow.state import ReaderState
 from dataflow.validation import check_callable
@@ -187,36 +188,8 @@ class SnapshotData(ReaderState, RNGDataFlow):
         """What this snapshot is keyed by, how much of it is stored, and what differs from the
         other snapshots under ``path`` (the changed parts: code, a constant, a closure value, a
         global, the source)."""
-        lines = [f"snapshot {self.key} under {self.path!r}: {len(self.parts)} parts "
-                 f"({', '.join(sorted(self.parts))})"]
-        store = self._open()
-        lines.append(f"  this one: {store.stored()} of {self._size} outputs stored")
-        for other, parts in sorted(self._others().items()):
-            diff = explain_change(self.parts, parts)
-            lines.append(f"  {other}: " + ("; ".join(diff) if diff else
-                                           "the same parts (a key given by the user)"))
-        if len(lines) == 2:
-            lines.append("  no other snapshot under this path")
-        return "\n".join(lines)
-
-    def _others(self) -> dict[str, dict[str, str]]:
-        out: dict[str, dict[str, str]] = {}
-        try:
-            names = os.listdir(self.path)
-        except OSError:
-            return out
-        for name in names:
-            if name == self.key:
-                continue
-            try:
-                with open(os.path.join(self.path, name, "meta.json")) as f:
-                    meta = json.load(f)
-            except (OSError, ValueError):
-                continue
-            parts = meta.get("parts") or (meta.get("meta") or {}).get("parts")
-            if isinstance(parts, dict):
-                out[name] = parts
-        return out
+        return explain_snapshot(self.path, self.key, self.parts, self._open().stored(),
+                                self._size)
 
     # ---- the randomness test --------------------------------------------------------------
 

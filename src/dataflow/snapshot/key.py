@@ -19,7 +19,7 @@ Nothing here uses ``id()``, ``hash()`` of strings (randomized per process by
 ``PYTHONHASHSEED``), addresses or the time: the same pipeline gives the same key in a new
 process, on another rank, on another day. The parts are kept by name (``"func:decode.code"``,
 ``"func:decode.global:SCALE"``, ``"source.files"``) so that :func:`explain_change` can say which
-one changed.
+one changed (:mod:`dataflow.snapshot.explain`).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import numpy as np
 
 from dataflow._version import __version__
 
-__all__ = ["explain_change", "function_parts", "make_key", "source_parts", "value_digest"]
+__all__ = ["function_parts", "make_key", "source_parts", "value_digest"]
 
 #: digest length in hex characters (80 bits: collisions are not a concern at any scale here)
 KEY_CHARS = 20
@@ -412,22 +412,3 @@ def make_key(parts: dict[str, str]) -> str:
     """The key of a snapshot: the digest of its named parts and the library's version."""
     body = {**parts, "library": f"dataflow {__version__}"}
     return _sha(json.dumps(body, sort_keys=True).encode())
-
-
-def explain_change(now: dict[str, str], before: dict[str, str]) -> list[str]:
-    """What differs between two sets of parts, one line per part (``[]``: none); a part whose
-    change is explained by a changed part inside it (``func`` by ``func.global:K``) is left
-    out."""
-    lines = []
-    names = sorted(set(now) | set(before))
-    differs = {n for n in names if now.get(n) != before.get(n)}
-    for name in names:
-        if any(other.startswith(name + ".") for other in differs):
-            continue
-        if name not in before:
-            lines.append(f"{name}: new")
-        elif name not in now:
-            lines.append(f"{name}: gone")
-        elif now[name] != before[name]:
-            lines.append(f"{name}: changed")
-    return lines
