@@ -36,6 +36,7 @@ import json
 import struct
 import threading
 from functools import lru_cache
+from math import prod
 from typing import Any
 
 import numpy as np
@@ -212,16 +213,14 @@ class _Decoder:
             ndim = skel[pos]
             shape = _SHAPES[ndim].unpack_from(skel, pos + 1)
             pos += 1 + 8 * ndim
-            count = 1
-            for s in shape:
-                count *= s
-            if count:
-                arr = np.frombuffer(self.buf, dt, count, self.cursor)
-                self.cursor += (count * dt.itemsize + _MASK) & ~_MASK
+            nbytes = prod(shape) * dt.itemsize
+            if nbytes:
+                arr = np.ndarray(shape, dt, self.buf, self.cursor)  # a view of the buffer
+                self.cursor += (nbytes + _MASK) & ~_MASK
             else:
-                arr = np.empty(0, dt)
+                arr = np.empty(shape, dt)
                 arr.flags.writeable = False
-            return arr.reshape(shape), pos
+            return arr, pos
         pos += 1
         if tag == 108 or tag == 116:  # l, t: list, tuple
             n = _U32.unpack_from(skel, pos)[0]
