@@ -134,6 +134,10 @@ def test_callable_objects_partials_and_library_stages_key_by_their_state():
     select = df.SelectComponent(df.DataFromList([[1, 2]]), [0]).func
     other = df.SelectComponent(df.DataFromList([[1, 2]]), [1]).func
     assert _key(select, ds) != _key(other, ds)
+    import operator
+
+    assert _key(operator.itemgetter(0), ds) != _key(operator.itemgetter(1), ds)
+    assert _key(np.sqrt, ds) == _key(np.sqrt, ds) != _key(np.exp, ds)
 
 
 def test_explain_change_names_the_changed_part():

@@ -308,7 +308,11 @@ def _callable_parts(fn: Any, walk: _Walk, name: str) -> str:
         if hasattr(fn, "__dict__") or hasattr(type(fn), "__slots__"):
             return _sha(json.dumps(["callable object", _class_parts(type(fn), walk, name),
                                     _object_state(fn, walk, name)]).encode())
-        return f"{key} ({_package_version(module) or 'user'})"
+        try:  # (operator.itemgetter(1), a ufunc: its pickle holds what it does)
+            state = _sha(pickle.dumps(fn, protocol=4))
+        except Exception:
+            state = "opaque"
+        return f"{key} ({_package_version(module) or 'user'}) {state}"
     version = _package_version(module)
     if version is not None:  # the library or the standard library: its version stands for it
         return f"{key} ({version})"
