@@ -138,6 +138,10 @@ def test_callable_objects_partials_and_library_stages_key_by_their_state():
 
     assert _key(operator.itemgetter(0), ds) != _key(operator.itemgetter(1), ds)
     assert _key(np.sqrt, ds) == _key(np.sqrt, ds) != _key(np.exp, ds)
+    # a closure made by a library's factory: its code by the version, its values by digest
+    ns = {"__name__": "dataflow.a_factory"}
+    exec("def make(k):\n    def f(dp):\n        return [dp[0] + k]\n    return f", ns)
+    assert _key(ns["make"](1), ds) == _key(ns["make"](1), ds) != _key(ns["make"](2), ds)
 
 
 def test_explain_change_names_the_changed_part():

@@ -24,6 +24,7 @@ one changed (:mod:`dataflow.snapshot.explain`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import itertools
@@ -314,8 +315,12 @@ def _callable_parts(fn: Any, walk: _Walk, name: str) -> str:
             state = "opaque"
         return f"{key} ({_package_version(module) or 'user'}) {state}"
     version = _package_version(module)
-    if version is not None:  # the library or the standard library: its version stands for it
-        return f"{key} ({version})"
+    if version is not None:  # the library or the standard library: its version stands for
+        cells = []  # its code; what a factory of it closed over counts (its values)
+        for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+            with contextlib.suppress(ValueError):  # (an empty cell)
+                cells.append([var, _part(cell.cell_contents, walk, f"{name}.closure:{var}")])
+        return f"{key} ({version})" + (f" {_sha(json.dumps(cells).encode())}" if cells else "")
     if id(fn) in walk.functions:  # (recursion: already being recorded)
         return key
     walk.functions.add(id(fn))
