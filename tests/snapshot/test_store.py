@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from dataflow.snapshot import codec
 from dataflow.snapshot.store import SnapshotStore
@@ -279,3 +280,75 @@ def test_threads_put_and_get_at_once(tmp_path):
     with SnapshotStore(tmp_path / "k", n) as reader:
         assert reader.complete()
         assert all(reader.get(i)[1][1] == i for i in range(n))
+
+
+class StoresOfOneSnapshot(RuleBasedStateMachine):
+    """Three stores of one root (as three processes would be): whatever they put, discard, drop
+    and refresh, a store that has refreshed holds exactly the indices that have a live record
+    on disk, and reads the right value for each."""
+
+    N = 6
+
+    def __init__(self):
+        super().__init__()
+        import tempfile
+
+        self.root = tempfile.mkdtemp(prefix="store-machine-")
+        self.stores = [SnapshotStore(self.root, self.N, shard_bytes=700) for _ in range(3)]
+        self.alive: dict[tuple[str, int], int] = {}  # (shard, offset) -> index
+
+    @staticmethod
+    def value(i):
+        return [np.full(i + 1, i, np.int8), i]
+
+    @rule(w=st.integers(0, 2), i=st.integers(0, N - 1))
+    def put(self, w, i):
+        store = self.stores[w]
+        had = store.has(i)
+        n = store.put(i, self.value(i))
+        assert (n > 0) == (not had)
+        if n:
+            self.alive[store._loc.where(i)] = i
+
+    @rule(w=st.integers(0, 2), i=st.integers(0, N - 1))
+    def discard(self, w, i):
+        store = self.stores[w]
+        if store.has(i):
+            self.alive.pop(store._loc.where(i), None)
+        store.discard(i)
+        assert not store.has(i) or store._loc.where(i) in self.alive  # another copy
+
+    @rule(w=st.integers(0, 2))
+    def drop(self, w):
+        self.stores[w].drop()
+        self.alive.clear()
+
+    @rule(w=st.integers(0, 2))
+    def refresh_and_check(self, w):
+        store = self.stores[w]
+        store.refresh()
+        live = set(self.alive.values())
+        assert {i for i in range(self.N) if store.has(i)} == live
+        assert store.stored() == len(live)
+        for i in live:
+            ok, (arr, label) = store.get(i)
+            assert ok and label == i and arr.tolist() == [i] * (i + 1)
+
+    @invariant()
+    def reads_are_right(self):  # also in a store that has not refreshed since others wrote
+        for store in self.stores:
+            for i in range(self.N):
+                ok, got = store.get(i)
+                assert not ok or (got[1] == i and got[0].tolist() == [i] * (i + 1))
+
+    def teardown(self):
+        import shutil
+
+        for store in self.stores:
+            store.close()
+        shutil.rmtree(self.root)
+
+
+TestStoresOfOneSnapshot = StoresOfOneSnapshot.TestCase
+TestStoresOfOneSnapshot.settings = settings(max_examples=25, stateful_step_count=25,
+                                            deadline=None)

@@ -176,6 +176,10 @@ class ShardWriter:
         self.offset = start + entry[2]
         self.entries.append(entry)
 
+    def deleted(self) -> bool:
+        """Whether the file was deleted (by drop() in another process)."""
+        return self.fd is not None and os.fstat(self.fd).st_nlink == 0
+
     def sync(self) -> None:
         if self.fd is not None:
             getattr(os, "fdatasync", os.fsync)(self.fd)

@@ -168,10 +168,13 @@ class SnapshotStore:
         if not loc.checked[i]:  # the first read of this record in this process
             problem = self._check(shard, off, i)
             if problem:
-                return self._corrupt(i, problem)
+                return self._gone(i) if shard.size_on_disk() < 0 else self._corrupt(i, problem)
             loc.checked[i] = True
         elif off + loc.rsize.item(i) > shard.mapped:  # our own shard, grown since mapped
             self._remap(shard)
+            if off + loc.rsize.item(i) > shard.mapped:
+                return self._gone(i) if shard.size_on_disk() < 0 else self._corrupt(
+                    i, "the shard is cut short before the record's end")
         mm = shard.mm
         _, _, cd, _, _, plen, raw_len, _, _, _ = HEADER.unpack_from(mm, off)
         try:
@@ -226,11 +229,7 @@ class SnapshotStore:
                 if shard is None:
                     continue
                 if shard.name not in present:  # deleted by drop() in some process
-                    if sid == self._own and self._writer is not None:
-                        self._writer.abandon()  # the next record starts a new shard
-                        self._writer, self._own = None, -1
-                    self._loc.lose_shard(sid)
-                    self._shards[sid] = None  # (its map closes once no thread reads it)
+                    self._lose(sid)
                 elif sid != self._own and not shard.sealed:
                     done = shard.name in sealed  # its writer has sealed it: walk it one last time
                     if done or shard.size_on_disk() >= shard.walked + _ALIGN:
@@ -359,6 +358,21 @@ class SnapshotStore:
             self._remap(shard)
         return shard.check(off, size, i)
 
+    def _lose(self, sid: int) -> None:
+        """Forget a shard deleted by drop() in another process, and its records; if it was
+        this process's, the next record starts a new one."""
+        if sid == self._own and self._writer is not None:
+            self._writer.abandon()
+            self._writer, self._own = None, -1
+        self._loc.lose_shard(sid)
+        self._shards[sid] = None  # (its map closes once no thread reads it)
+
+    def _gone(self, i: int) -> tuple[bool, Any]:
+        """The record's shard was deleted (drop() in another process): forget its records,
+        then answer from what is left."""
+        self.refresh()
+        return self.get(i)
+
     def _corrupt(self, i: int, problem: str) -> tuple[bool, Any]:
         with self._guard():
             loc = self._loc
@@ -397,6 +411,8 @@ class SnapshotStore:
         with self._guard():
             if self._closed:
                 raise self._closed_error()
+            if self._writer is not None and self._writer.deleted():  # by drop() elsewhere
+                self._lose(self._own)
             if self._full or (kind == KIND_RECORD and self._loc.sid[i] >= 0):
                 return 0
             try:
