@@ -71,10 +71,15 @@ class _ThreadGroup:
         t.start()
 
     def check(self, ignore: Collection[int] = ()) -> None:
-        if self.stop.is_set():
+        """Raise :class:`WorkerError` for a thread that ended neither on purpose (a resize,
+        ``ignore``) nor because the group stops. Whether it ended is read first: a thread
+        records why it ends before it ends, so read after, the reason is there (read before,
+        a thread retiring between the two reads looked as if it had died)."""
+        ended = [i for i, t in enumerate(self.threads) if not t.is_alive()]
+        if not ended or self.stop.is_set():
             return
-        for i, t in enumerate(self.threads):
-            if i not in ignore and i not in self.retired and not t.is_alive():
+        for i in ended:
+            if i not in ignore and i not in self.retired:
                 raise WorkerError(
                     "WorkerDied", f"worker thread {i} ended unexpectedly", worker_id=i,
                     stage=self.name,
