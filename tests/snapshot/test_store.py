@@ -283,9 +283,9 @@ def test_threads_put_and_get_at_once(tmp_path):
 
 
 class StoresOfOneSnapshot(RuleBasedStateMachine):
-    """Three stores of one root (as three processes would be): whatever they put, discard, drop
-    and refresh, a store that has refreshed holds exactly the indices that have a live record
-    on disk, and reads the right value for each."""
+    """Three stores of one root (as three processes would be): whatever they put, discard, drop,
+    refresh and reopen (sealing their shards), a store that has refreshed holds exactly the
+    indices that have a live record on disk, and every read gives the right value."""
 
     N = 6
 
@@ -322,6 +322,13 @@ class StoresOfOneSnapshot(RuleBasedStateMachine):
     def drop(self, w):
         self.stores[w].drop()
         self.alive.clear()
+
+    @rule(w=st.integers(0, 2), compression=st.sampled_from([None, "lz4"]))
+    def reopen(self, w, compression):  # a process ends (its shard sealed), a new one starts
+        self.stores[w].close()
+        self.stores[w] = SnapshotStore(self.root, self.N, compression=compression,
+                                       shard_bytes=700)
+        self.refresh_and_check(w)
 
     @rule(w=st.integers(0, 2))
     def refresh_and_check(self, w):
