@@ -41,6 +41,11 @@ of the pass) and ``ParallelMapData(ds, "auto", f, buffer_size="auto", strict=Tru
 interleaved rounds (the order alternating). The table gives the medians' ratio over the
 second half of the pass and over the whole pass (from ``reset_state()``), and when the
 autotuned pass first ran a tenth of its inputs at 0.9x the best's second-half rate.
+
+``--epochs N`` (default ``--cpus 0,1``) compares one ``"auto"`` stage over ``N`` strict epochs
+of 3,000 ``io10`` inputs with one over a single epoch of ``N`` x 3,000: the worker count and
+the controller's window after each 3,000 inputs, and the rate over the last quarter of the
+inputs. An autotuned stage should settle as well over many short epochs as over one long one.
 """
 
 from __future__ import annotations
@@ -331,6 +336,52 @@ def run_short(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+#: inputs per epoch of ``--epochs`` (the short epochs that one long epoch is compared with)
+EPOCH_ITEMS = 3000
+
+
+def run_epochs(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """``--epochs``: one "auto" stage over ``args.epochs`` epochs of :data:`EPOCH_ITEMS`
+    ``io10`` inputs, and one over a single epoch of as many inputs; after each
+    :data:`EPOCH_ITEMS` inputs, the worker count and the controller's window."""
+    from dataflow import DataFromList
+    from dataflow.parallel import ParallelMapData
+
+    rows: list[dict[str, Any]] = []
+    for kind, items, passes in (("short", EPOCH_ITEMS, args.epochs),
+                                ("long", EPOCH_ITEMS * args.epochs, 1)):
+        flow = ParallelMapData(DataFromList([[i] for i in range(items)], shuffle=False),
+                               "auto", io10, buffer_size="auto", strict=True)
+        flow.reset_state()
+        times: list[float] = []
+        marks = []
+        for _ in range(passes):
+            for _dp in flow:
+                times.append(time.perf_counter())
+                if len(times) % EPOCH_ITEMS == 0:
+                    state = flow.autotune_state() or {}
+                    marks.append((flow.num_workers, state.get("window")))
+        flow.close()
+        quarter = len(times) // 4
+        rate = quarter / (times[-1] - times[-quarter - 1])
+        rows.append({"kind": kind, "marks": marks, "last_quarter_rate": rate,
+                     "seconds": times[-1] - times[0]})
+        print(f"{kind}: {marks}, last quarter {rate:.0f}/s", file=sys.stderr, flush=True)
+    return rows
+
+
+def epochs_table(rows: list[dict[str, Any]], cpus: str) -> str:
+    short, long = rows
+    out = [f"\ncores {cpus}, io10, {len(short['marks'])} epochs of {EPOCH_ITEMS} inputs "
+           "against one epoch of as many:\n", "| inputs | short epochs: workers (window) | "
+           "one long epoch: workers (window) |", "|---|---|---|"]
+    for k, ((sw, swin), (lw, lwin)) in enumerate(zip(short["marks"], long["marks"]), 1):
+        out.append(f"| {k * EPOCH_ITEMS:,} | {sw} ({swin}) | {lw} ({lwin}) |")
+    out.append(f"\nlast quarter: short epochs {short['last_quarter_rate']:.0f}/s, one long "
+               f"epoch {long['last_quarter_rate']:.0f}/s")
+    return "\n".join(out)
+
+
 def _reach(row: dict[str, Any], rate: float) -> float | None:
     """Seconds from the first result until a tenth of the pass first ran at ``rate``."""
     curve, step = row["curve"], row["step"]
@@ -468,6 +519,9 @@ def main() -> None:
                    help="the short-epoch workloads: one pass of a fresh stage, best hand "
                    "setting against auto over the second half of the pass")
     p.add_argument("--short-workloads", nargs="+", default=list(SHORT), choices=list(SHORT))
+    p.add_argument("--epochs", type=int, default=0,
+                   help="one auto stage over this many epochs of 3,000 io10 inputs against "
+                   "one over a single epoch of as many")
     p.add_argument("--seconds", type=float, default=1.5, help="measured seconds per config")
     p.add_argument("--rounds", type=int, default=None,
                    help="interleaved rounds of best hand, defaults and auto (default 3)")
@@ -475,7 +529,8 @@ def main() -> None:
                    help="the most seconds an autotuned run may take to converge")
     p.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=WORKLOADS)
     p.add_argument("--lmdb", help=argparse.SUPPRESS)
-    p.add_argument("--part", choices=["dataflow", "tf", "short"], help=argparse.SUPPRESS)
+    p.add_argument("--part", choices=["dataflow", "tf", "short", "epochs"],
+                   help=argparse.SUPPRESS)
     p.add_argument("--no-tf", action="store_true", help="skip the tf.data peer figure")
     p.add_argument("--table", metavar="JSON",
                    help="print the tables of a saved run ($BENCH_AUTOTUNE_JSON) and exit")
@@ -489,10 +544,21 @@ def main() -> None:
     if args.rounds is None:
         args.rounds = 5 if args.short else 1 if args.quick else 3
     if args.cpus is None:
-        args.cpus = ["0,1"] if args.short else ["0", "0,1"]
+        args.cpus = ["0,1"] if args.short or args.epochs else ["0", "0,1"]
     if args.part is not None:  # a child: one CPU set, one part
-        parts = {"dataflow": run_dataflow, "tf": run_tf, "short": run_short}
+        parts = {"dataflow": run_dataflow, "tf": run_tf, "short": run_short,
+                 "epochs": run_epochs}
         print(json.dumps(parts[args.part](args), default=str))
+        return
+    if args.epochs:
+        for cpus in args.cpus:
+            cmd = ["taskset", "-c", cpus, sys.executable, __file__, "--part", "epochs",
+                   "--epochs", str(args.epochs)]
+            res = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            print(res.stderr[-3000:], file=sys.stderr)
+            if res.returncode == 0:
+                rows = json.loads(res.stdout.strip().splitlines()[-1])
+                print(epochs_table(rows, cpus), flush=True)
         return
     if args.short:
         results = {}
