@@ -142,7 +142,11 @@ def _serve_cmd(args: argparse.Namespace) -> int:
 
     from dataflow.service import DataService
 
-    func = _load_target(args.target)
+    try:
+        func = _load_target(args.target)
+    except UsageError as e:  # (the loader's words are the profiler's)
+        raise UsageError(str(e).replace("the dataflow to profile", "a DataService, not "
+                                        "started")) from None
     try:
         service = func()
     except Exception as e:
@@ -151,14 +155,16 @@ def _serve_cmd(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.target!r} returned a {type(service).__name__}, not a "
                          "DataService; return DataService(ds, map_func, ...) without starting "
                          "it.")
+    if service.started:
+        service.close()
+        raise UsageError(f"{args.target!r} returned a DataService already started (at "
+                         f"{service.address}); return it without calling start(), so that "
+                         "serve starts it (at --address, if given) and closes it.")
     if args.address is not None:
-        from dataflow.service import protocol
-
-        try:
-            service.host = protocol.host_of(args.address)
+        try:  # (the constructor's checks: a token beyond loopback)
+            service.set_address(args.address)
         except ValueError as e:
             raise UsageError(str(e).replace("`address`", "--address")) from None
-        service._requested = args.address
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -171,7 +177,8 @@ def _serve_cmd(args: argparse.Namespace) -> int:
         while not stop.wait(0.5):
             pass
     finally:
-        service.close()
+        # (a redeploy: consumers wait for the next service at the address, not told to stop)
+        service.close(tell_consumers=False)
     with contextlib.suppress(OSError):  # (whoever started it may have stopped reading)
         print("closed", flush=True)
     return 0
@@ -198,15 +205,36 @@ def _service_cmd(args: argparse.Namespace) -> int:
         if not sock.poll(int(args.timeout * 1000)):
             raise UsageError(f"no DataService answered at {args.address} within "
                              f"{args.timeout:g} s.")
-        msg = protocol.decode(sock.recv())
+        try:
+            msg = protocol.decode(sock.recv())
+        except ValueError:
+            msg = {}
     finally:
         sock.close()
         ctx.term()
     if msg.get("op") == "refused":
         raise UsageError(f"the DataService at {args.address} refused: {msg.get('error')}")
-    stats = msg.get("stats", {})
-    print(json.dumps(stats, indent=2) if args.json else _format_status(stats))
+    stats = msg.get("stats")
+    if msg.get("op") != "stats" or not isinstance(stats, dict) or not isinstance(
+            stats.get("workers"), list) or not isinstance(stats.get("consumers"), list):
+        raise UsageError(f"the ZeroMQ socket at {args.address} is not a DataService (it "
+                         "answered something else than a service's figures).")
+    if args.prometheus:
+        from dataflow.service.metrics import prometheus_text
+
+        print(prometheus_text(stats), end="")
+    else:
+        print(json.dumps(stats, indent=2) if args.json else _format_status(stats))
     return 0
+
+
+def _rates(row: dict[str, Any]) -> str:
+    """``"12.0 items/s (last 10 s), 98.0 lifetime"`` of a worker or consumer of ``stats()``."""
+    lifetime = row.get("rate", row.get("items_per_second", 0.0))
+    recent = row.get("rate_10s")
+    if recent is None:
+        return f"{lifetime:.1f} items/s"
+    return f"{recent:.1f} items/s in the last 10 s, {lifetime:.1f} over its lifetime"
 
 
 def _format_status(s: dict[str, Any]) -> str:
@@ -220,14 +248,15 @@ def _format_status(s: dict[str, Any]) -> str:
              f"{s.get('bytes_out', 0) / 1e6:.1f} MB sent"]
     for w in s.get("workers", []):
         lines.append(f"  worker {w['worker']} (generation {w['generation']}): "
-                     f"{100 * w['busy']:.0f}% busy, {w['items_per_second']:.1f} items/s, "
+                     f"{100 * w['busy']:.0f}% busy, {_rates(w)}, "
                      f"{w['items']} items, {w['bytes_out'] / 1e6:.1f} MB, "
                      f"{w.get('queued', 0)} queued")
     for c in s.get("consumers", []):
         lines.append(f"  consumer job {c['job']!r} rank {c['rank']} of {c['world_size']}: "
-                     f"waits {100 * c['wait']:.0f}% of its time, {c['items_per_second']:.1f} "
-                     f"items/s, {c['received']} received, {c.get('in_flight', 0)} asked, "
-                     f"{c.get('ready', 0)} ready")
+                     f"waits {100 * c['wait']:.0f}% of its time, {_rates(c)}, "
+                     f"{c['received']} received, {c.get('in_flight', 0)} asked, "
+                     f"{c.get('ready', 0)} ready"
+                     + (f", {c['skipped']} skipped" if c.get("skipped") else ""))
     for name, job in (s.get("jobs") or {}).items():
         lines.append(f"  job {name!r}: its own pipeline, {job['n']} datapoints, seed "
                      f"{job['seed']}, shuffle {job['shuffle']}")
@@ -303,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     service.add_argument("action", choices=["status"], help="status: the live figures")
     service.add_argument("address", help="the address the service printed (tcp://host:port)")
     service.add_argument("--json", action="store_true", help="print JSON instead of text")
+    service.add_argument("--prometheus", action="store_true",
+                         help="print the Prometheus text format instead of text")
     service.add_argument("--timeout", type=float, default=5.0, help="seconds to wait (default 5)")
     service.add_argument("--token", default=None,
                          help="the service's shared secret (default: DATAFLOW_SERVICE_TOKEN)")

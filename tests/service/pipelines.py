@@ -90,3 +90,8 @@ def poison(dp: list) -> list:
 def megabyte(dp: list) -> list:
     """An output of one MB (an image, a spectrogram)."""
     return [int(dp[0]), np.full(1 << 20, dp[0] % 256, np.uint8)]
+
+
+def started() -> DataService:
+    """A target for `serve` that starts its service itself (serve refuses it)."""
+    return DataService(source(10), tag, num_workers=1).start()

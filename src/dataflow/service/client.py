@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import time
 from typing import Any
 
@@ -49,6 +50,19 @@ def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
     keys = sorted(set(old) | set(new))
     return "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
                      if old.get(k) != new.get(k))
+
+
+def _refuse_dataloader_workers() -> None:
+    """In one of several DataLoader workers, a consumer would read its rank's whole epoch
+    in each of them: refused, with the fix, before anything starts."""
+    torch = sys.modules.get("torch")
+    info = torch.utils.data.get_worker_info() if torch is not None else None
+    if info is not None and info.num_workers > 1:
+        raise DataFlowError(
+            f"ServiceData in a DataLoader with num_workers={info.num_workers}: the "
+            "DataService's workers already map in parallel, and each DataLoader worker would "
+            "ask for this rank's whole epoch. Pass DataLoader(..., num_workers=0) (or 1), and "
+            "give the DataService more num_workers instead.")
 
 
 class _Failed:
@@ -134,6 +148,13 @@ class ServiceData(EpochCounter, DataFlow):
         self._waited = 0.0
         self._bytes = 0
         self._t0 = time.monotonic()
+        self._pid = os.getpid()  # (the process its sockets belong to)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A copy for another process (a DataLoader worker started by spawn): no sockets,
+        rings or connection; it connects there."""
+        return {**self.__dict__, "_ctx": None, "_ctl": None, "_socks": {}, "_asked": set(),
+                "_rings": {}, "_config": None, "_pid": None}
 
     # ---- connection ------------------------------------------------------------------------
 
@@ -142,6 +163,8 @@ class ServiceData(EpochCounter, DataFlow):
         to answer)."""
         from dataflow.streaming.source import world_from_env
 
+        self._forget_forked()
+        _refuse_dataloader_workers()
         rank, world = world_from_env()
         self.rank = rank if self._rank_arg is None else self._rank_arg
         self.world_size = world if self._world_arg is None else self._world_arg
@@ -560,7 +583,15 @@ class ServiceData(EpochCounter, DataFlow):
             self._start = 0 if state["done"] else plan.consumed(start, pos, world)
             self.restore_epoch({**state, "pos": 0})
 
+    def _forget_forked(self) -> None:
+        """In a forked copy, forget the parent's sockets and rings (never use or close them:
+        they are the parent's)."""
+        if self._pid != os.getpid():
+            self._ctx, self._ctl, self._socks, self._asked, self._rings = None, None, {}, set(), {}
+            self._config, self._pid = None, os.getpid()
+
     def close(self) -> None:
+        self._forget_forked()
         if self._ctl is not None:  # (no longer reading: its world size no longer counts)
             with contextlib.suppress(Exception):
                 self._send_ctl({"op": "bye"})

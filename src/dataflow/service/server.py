@@ -21,6 +21,7 @@ import contextlib
 import functools
 import hashlib
 import logging
+import os
 import sys
 import threading
 import time
@@ -28,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dataflow import rng as _rng
-from dataflow.parallel._bootstrap import get_context
+from dataflow.parallel._bootstrap import check_picklable, get_context
 from dataflow.parallel._lifecycle import register
 from dataflow.parallel.autotuning.budget import cpu_budget
 from dataflow.parallel.autotuning.controller import Controller, Measurement
@@ -255,7 +256,8 @@ class DataService:
                  backend: str = "process", address: str = "tcp://127.0.0.1:0", seed: int = 0,
                  shuffle: bool = True, token: str | None = None,
                  start_method: str | None = None, jobs: dict[str, dict[str, Any]] | None = None,
-                 ray_address: str | None = None, worker_timeout: float | None = 10.0) -> None:
+                 ray_address: str | None = None, worker_timeout: float | None = 10.0,
+                 metrics_port: int | None = None) -> None:
         from dataflow.parallel.autotuning.stage import check_count, is_auto
 
         self.ds = ds
@@ -266,14 +268,14 @@ class DataService:
         self.backend = check_choice("backend", backend, ("process", "ray"))
         self.ray_address = ray_address
         self.worker_timeout = check_seconds(worker_timeout, "worker_timeout", allow_none=True)
-        self.host = protocol.host_of(address)
-        self._requested = address
         self.token = protocol.resolve_token(token)
-        if not protocol.is_loopback(self.host) and not self.token:
-            raise ValueError(
-                f"DataService: `address` {address!r} is not a loopback address, so consumers "
-                "from the network could connect: give a shared secret, token='...' (or the "
-                f"{protocol.TOKEN_ENV} environment variable), that every ServiceData presents.")
+        self.set_address(address)
+        if metrics_port is not None and (isinstance(metrics_port, bool) or not isinstance(
+                metrics_port, int) or not 0 <= metrics_port <= 65535):
+            raise ValueError(f"`metrics_port` must be None (no metrics port) or an int in "
+                             f"0..65535 (0: a free port), got {metrics_port!r}.")
+        self.metrics_port = metrics_port
+        self.metrics: Any = None  # (the MetricsServer once started: .port, .url)
         self.seed = _check_seed(seed, "seed")
         self.shuffle = bool(shuffle)
         self._pipelines = {"": _Pipeline(ds, self.map_func, self.seed, self.shuffle)}
@@ -314,9 +316,31 @@ class DataService:
         self._dispatch_cpu = 0.0
         self._started_at = 0.0
         self._closed = False
+        self._owner_pid = os.getpid()
+        self._tell = True  # (close() tells the consumers)
         self._remote: Any = None  # backend="ray": the dispatcher actor (ray_pool.RemoteService)
         self._hosted = False  # True in that actor: the dispatcher runs in this process
         register(self)
+
+    def set_address(self, address: str) -> None:
+        """Listen at ``address`` instead (before :meth:`start`), with the constructor's
+        checks: a ``tcp://host:port`` address, and a shared secret beyond loopback."""
+        if self.started:
+            raise RuntimeError(f"DataService: already started at {self.address}; set the "
+                               "address before start().")
+        host = protocol.host_of(address)
+        if not protocol.is_loopback(host) and not self.token:
+            raise ValueError(
+                f"DataService: `address` {address!r} is not a loopback address, so consumers "
+                "from the network could connect: give a shared secret, token='...' (or the "
+                f"{protocol.TOKEN_ENV} environment variable), that every ServiceData presents.")
+        self.host, self._requested = host, address
+
+    @property
+    def started(self) -> bool:
+        """Whether :meth:`start` ran (a closed service counts as started)."""
+        return getattr(self, "_thread", None) is not None \
+            or getattr(self, "_remote", None) is not None or getattr(self, "_closed", False)
 
     # ---- life cycle ----------------------------------------------------------------------------
 
@@ -331,9 +355,18 @@ class DataService:
 
             self._remote = RemoteService(self)  # (starts this service in a Ray actor)
             self.address = self._remote.address
+            self._serve_metrics()
             return self
         for p in self._pipelines.values():
             p.load()
+        if self.backend == "process":  # (what a worker started without fork receives)
+            method = get_context(self.start_method).get_start_method()
+            if method != "fork":
+                for name, p in self._pipelines.items():
+                    where = f"jobs[{name!r}]" if name else ""
+                    check_picklable(p.map_func, f"{where}['map_func']" if name else "map_func",
+                                    method)
+                    check_picklable(p.source, f"{where}['ds']" if name else "ds", method)
         spec = WorkerSpec({name: (p.source, p.map_func, p.inputs)
                            for name, p in self._pipelines.items()},
                           self._worker_host(), self.token)
@@ -363,9 +396,27 @@ class DataService:
                                    f"{WORKER_START_TIMEOUT:.0f} s")
             time.sleep(0.01)
         self._started_at = time.monotonic()
+        if not self._hosted:
+            self._serve_metrics()
         logger.info("DataService serving %d datapoints at %s with %d workers",
                     len(self._pipelines[""].source), self.address, self.num_workers)
         return self
+
+    def _serve_metrics(self) -> None:
+        """``metrics_port``: ``stats()`` in the Prometheus text format over HTTP, on
+        loopback (:class:`dataflow.service.metrics.MetricsServer`)."""
+        if self.metrics_port is None:
+            return
+        from dataflow.service.metrics import MetricsServer
+
+        try:
+            self.metrics = MetricsServer(self.stats, self.metrics_port)
+        except OSError as e:
+            self.close()
+            raise OSError(f"DataService: the metrics port {self.metrics_port} cannot listen "
+                          f"on 127.0.0.1 ({e}); pass another metrics_port=, or 0 for a free "
+                          "one.") from e
+        logger.info("DataService metrics at %s", self.metrics.url)
 
     def _worker_host(self) -> str:
         """Where workers listen: an abstract Unix socket for a loopback service of local
@@ -387,11 +438,17 @@ class DataService:
         with self._lock:
             return self._pool.pids() if self._pool is not None else []
 
-    def close(self) -> None:
-        """Tell the consumers, stop the dispatcher and the workers. Idempotent."""
-        if self._closed:
-            return
+    def close(self, *, tell_consumers: bool = True) -> None:
+        """Tell the consumers (they raise ``ServiceError``), stop the dispatcher and the
+        workers. Idempotent. ``tell_consumers=False`` (a redeploy: ``serve`` on SIGTERM or
+        SIGINT): the consumers are not told, and wait up to their ``timeout`` for a service at
+        the address, which they continue with if it serves the same pipeline."""
+        if self._closed or os.getpid() != self._owner_pid:
+            return  # (closed, or a copy in a forked process: the service is not its own)
         self._closed = True
+        self._tell = tell_consumers
+        if self.metrics is not None:
+            self.metrics.close()
         if self._remote is not None:
             self._remote.close()
         self._stop.set()
@@ -445,7 +502,7 @@ class DataService:
                     self._supervised("sizing the pool", self._autotune)
                 self._dispatch_cpu = time.thread_time()  # (this thread's CPU seconds)
             closed = protocol.encode({"op": "closed", "service": self.address})
-            for ident in list(self._consumers):
+            for ident in list(self._consumers) if self._tell else ():
                 with contextlib.suppress(zmq.ZMQError):
                     sock.send_multipart([ident, closed], zmq.NOBLOCK)
         finally:

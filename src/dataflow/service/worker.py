@@ -132,13 +132,50 @@ def _answers(outs: list[list], ring: Any, worker_id: int, extra: dict[str, Any]
         except Exception as e:
             msgs.append(protocol.encode_frames({
                 "op": "err", "e": epoch, "p": pos, "type": type(e).__name__, "message": (
-                    f"the output of map_func for index {index} cannot be sent to consumers "
-                    f"({e}); map_func must return lists, dicts with str or int keys, "
-                    "numbers, strings that encode as UTF-8, bytes and NumPy arrays of a "
-                    f"numeric dtype (got a {type(result).__name__}). With torch tensors or "
-                    "PIL images, return them as NumPy arrays (np.asarray(x))"),
+                    f"the output of map_func for index {index} cannot be sent to consumers: "
+                    f"{unsendable(result, 'output') or type(e).__name__}. map_func must "
+                    "return lists, dicts with str or int keys, numbers, strings that encode "
+                    "as UTF-8, bytes and NumPy arrays of a numeric dtype; return a torch "
+                    "tensor or a PIL image as a NumPy array (np.asarray(x))"),
                 "traceback": "", "worker": worker_id, "index": index}))
     return msgs
+
+
+def unsendable(obj: Any, path: str, depth: int = 0) -> str | None:
+    """Where in ``obj`` a value is that cannot travel to consumers, and what it is (None:
+    nothing found)."""
+    import numpy as np
+
+    if depth > 50:
+        return f"{path} is nested more than 50 levels deep"
+    if obj is None or isinstance(obj, bool | int | float | bytes | np.bool_ | np.number):
+        return None
+    if isinstance(obj, str):
+        try:
+            obj.encode()
+        except UnicodeEncodeError as e:
+            return (f"{path} is a str that is not valid UTF-8 ({e.reason} at {e.start}: "
+                    f"{obj!r:.60}; e.g. a file name from os.fsdecode: send os.fsencode(name))")
+        return None
+    if isinstance(obj, np.ndarray):
+        return (None if obj.dtype.kind in "biufc" and not obj.dtype.hasobject else
+                f"{path} is a NumPy array of dtype {obj.dtype} (only numeric dtypes travel)")
+    if isinstance(obj, list | tuple):
+        for k, x in enumerate(obj):
+            found = unsendable(x, f"{path}[{k}]", depth + 1)
+            if found:
+                return found
+        return None
+    if isinstance(obj, dict):
+        for key, x in obj.items():
+            if type(key) not in (str, int, float, bytes, bool, type(None)) or key == b"nd":
+                return f"{path} has a key {key!r:.40} ({type(key).__name__}) that a consumer " \
+                       "could not decode (keys must be str or int)"
+            found = unsendable(x, f"{path}[{key!r:.40}]", depth + 1)
+            if found:
+                return found
+        return None
+    return f"{path} is a {type(obj).__module__}.{type(obj).__qualname__}"
 
 
 def _send(sock: Any, ident: bytes, msgs: list[list[Any]],
