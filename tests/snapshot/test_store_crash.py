@@ -298,6 +298,16 @@ def test_a_flipped_bit_in_a_header_is_reported(tmp_path, caplog):
     assert "not a valid record header" in caplog.records[1].getMessage()
 
 
+def test_a_damaged_shard_index_is_ignored_and_the_shard_walked(tmp_path):
+    root = str(tmp_path / "k")
+    _five(root)
+    index = _shard(root).replace(".shard", ".idx")
+    _flip(index, 40)  # inside the first entry
+    with SnapshotStore(root, 5) as store:
+        assert store.complete() and store.stats()["corrupted"] == 0
+        check_values(store, range(5))
+
+
 def test_a_shard_cut_short_is_reported(tmp_path, caplog):
     root = str(tmp_path / "k")
     sizes = _five(root)
