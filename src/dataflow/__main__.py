@@ -192,16 +192,22 @@ def _service_cmd(args: argparse.Namespace) -> int:
 
     from dataflow.service import protocol
 
+    token = protocol.resolve_token(args.token)
     try:
-        protocol.host_of(args.address)
+        host = protocol.host_of(args.address)
+        curve = protocol.check_curve(True if args.curve else None, host, token,
+                                     "service status")
     except ValueError as e:
-        raise UsageError(str(e).replace("`address`", "ADDRESS")) from None
+        raise UsageError(str(e).replace("`address`", "ADDRESS").replace(
+            "token='...'", "--token")) from None
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
+        if curve:
+            protocol.curve_client(sock, token)
         sock.connect(args.address)
-        sock.send(protocol.encode({"op": "stats", "token": protocol.resolve_token(args.token)}))
+        sock.send(protocol.encode({"op": "stats", "token": token}))
         if not sock.poll(int(args.timeout * 1000)):
             raise UsageError(f"no DataService answered at {args.address} within "
                              f"{args.timeout:g} s.")
@@ -334,6 +340,9 @@ def build_parser() -> argparse.ArgumentParser:
     service.add_argument("--json", action="store_true", help="print JSON instead of text")
     service.add_argument("--prometheus", action="store_true",
                          help="print the Prometheus text format instead of text")
+    service.add_argument("--curve", action="store_true",
+                         help="encrypt with CURVE on loopback too (a service started with "
+                              "curve=True; beyond loopback it is always on)")
     service.add_argument("--timeout", type=float, default=5.0, help="seconds to wait (default 5)")
     service.add_argument("--token", default=None,
                          help="the service's shared secret (default: DATAFLOW_SERVICE_TOKEN)")

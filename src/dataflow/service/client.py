@@ -91,7 +91,9 @@ class ServiceData(EpochCounter, DataFlow):
     epoch, ``"pad"`` repeats the first ones). ``timeout``: seconds without an answer from the
     service's workers before a :class:`ServiceError` (the dispatcher answering does not count:
     a map call stuck forever ends in this error; give more than the slowest map call).
-    ``token``: the service's shared secret (default: ``DATAFLOW_SERVICE_TOKEN``).
+    ``token``: the service's shared secret (default: ``DATAFLOW_SERVICE_TOKEN``); ``curve``:
+    encrypt with ZeroMQ CURVE, keys derived from the token (None: beyond loopback only, as
+    the service; True for a loopback service started with ``curve=True``).
     ``prefetch``: outputs asked for ahead of the one yielded; ``prefetch_bytes``: at most
     about that many bytes of outputs asked for or received ahead (the size of an output is
     learnt from those received; at least one output is always asked for).
@@ -111,8 +113,8 @@ class ServiceData(EpochCounter, DataFlow):
                  job: str = "default", partial: str = "drop", timeout: float = 30.0,
                  token: str | None = None, prefetch: int = 64,
                  prefetch_bytes: int = PREFETCH_BYTES, on_error: str = "raise",
-                 max_errors: int | float | None = None) -> None:
-        protocol.host_of(address)  # (validated now)
+                 max_errors: int | float | None = None, curve: bool | None = None) -> None:
+        host = protocol.host_of(address)  # (validated now)
         self.address = address
         self._rank_arg, self._world_arg = rank, world_size
         if not isinstance(job, str) or not job:
@@ -121,6 +123,7 @@ class ServiceData(EpochCounter, DataFlow):
         self.partial = check_choice("partial", partial, plan.PARTIAL_POLICIES)
         self.timeout = check_seconds(timeout, "timeout")
         self.token = protocol.resolve_token(token)
+        self.curve = protocol.check_curve(curve, host, self.token, "ServiceData")
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"`prefetch` must be a positive int, got {prefetch!r}.")
         self.prefetch = prefetch
@@ -181,6 +184,8 @@ class ServiceData(EpochCounter, DataFlow):
         if self._ctl is None:
             self._ctl = self._ctx.socket(zmq.DEALER)
             self._ctl.setsockopt(zmq.LINGER, 0)
+            if self.curve:
+                protocol.curve_client(self._ctl, self.token)
             self._ctl.connect(self.address)
         self._send_ctl({"op": "hello"})
         self._config = self._await_config(self.timeout, first=True)
@@ -202,7 +207,9 @@ class ServiceData(EpochCounter, DataFlow):
                     f"ServiceData: no DataService answered at {self.address} within "
                     f"{timeout:g} s; is it started there (DataService(...).start(), or "
                     "`python -m dataflow serve module:function`), and is this the address it "
-                    "printed?" if first else
+                    "printed?" + (" Is its token the same (the CURVE keys derive from it), "
+                                  "and CURVE on at both ends (curve=)?" if self.curve else "")
+                    if first else
                     f"ServiceData: the DataService at {self.address} stopped answering for "
                     f"{timeout:g} s.")
             if self._ctl.poll(int(min(left, 0.5) * 1000)):
@@ -244,6 +251,8 @@ class ServiceData(EpochCounter, DataFlow):
             if addr not in self._socks:
                 sock = self._ctx.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
+                if self.curve:
+                    protocol.curve_client(sock, self.token)
                 sock.connect(addr)
                 self._socks[addr] = sock
         return live

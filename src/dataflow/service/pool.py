@@ -44,11 +44,13 @@ BACKOFF_FIRST, BACKOFF_MAX = 0.2, 5.0
 class WorkerSpec:
     """What every worker of a service is started with: ``pipelines`` maps a job name
     (``""``: the default pipeline) to ``(source, map_func, inputs)``; workers listen on
-    ``host`` (``ipc://@<name>`` for an abstract Unix socket) and check ``token``."""
+    ``host`` (``ipc://@<name>`` for an abstract Unix socket) and check ``token``; with
+    ``curve``, their sockets encrypt (ZeroMQ CURVE, the key derived from the token)."""
 
     pipelines: dict[str, tuple[Any, Any, tuple[int, tuple[int, ...]]]]
     host: str
     token: str
+    curve: bool = False
 
 
 def process_cpu_ticks(pid: int) -> int | None:
@@ -205,7 +207,7 @@ class ProcessPool(Pool):
         proc = self._ctx.Process(
             target=worker_main, name=f"dataflow-service-worker-{wid}",
             args=(wid, self._parent, self.spec.pipelines, self.spec.host, self.spec.token,
-                  send, counters), daemon=True)
+                  send, counters, self.spec.curve), daemon=True)
         with limited_thread_env():
             proc.start()
         send.close()

@@ -30,6 +30,7 @@ adds reaches the code unchecked.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import ipaddress
 import math
@@ -42,8 +43,9 @@ from urllib.parse import urlparse
 
 from dataflow.parallel.remote import dumps_msgpack, loads_msgpack
 
-__all__ = ["OPS", "TOKEN_ENV", "Invalid", "check", "decode", "encode", "host_of",
-           "is_loopback", "new_instance", "token_ok"]
+__all__ = ["OPS", "TOKEN_ENV", "Invalid", "check", "check_curve", "curve_client",
+           "curve_keys", "curve_server", "decode", "encode", "host_of", "is_loopback",
+           "new_instance", "token_ok"]
 
 #: the environment variable that holds the shared secret when ``token=`` is not given
 TOKEN_ENV = "DATAFLOW_SERVICE_TOKEN"
@@ -308,6 +310,57 @@ def is_loopback(host: str) -> bool:
             return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
         except OSError:
             return False
+
+
+def curve_keys(token: str) -> tuple[bytes, bytes]:
+    """The service's CURVE key pair ``(public, secret)``, z85-encoded, derived from its
+    shared secret: whoever holds the token knows the public key its sockets present, and
+    nobody without it can read what they send."""
+    import zmq
+    from zmq.utils import z85
+
+    if not zmq.has("curve"):
+        raise RuntimeError("ZeroMQ was built without CURVE (libsodium), which a DataService "
+                           "beyond loopback needs: install pyzmq's wheel (pip install -U "
+                           "pyzmq), whose libzmq has it.")
+    secret = z85.encode(hashlib.sha256(b"dataflow-service-curve\0" + token.encode()).digest())
+    return zmq.curve_public(secret), secret
+
+
+def curve_server(sock: Any, token: str) -> None:
+    """Make ``sock`` (a service's ROUTER, before it binds) a CURVE server of ``token``'s key."""
+    public, secret = curve_keys(token)
+    sock.curve_publickey, sock.curve_secretkey = public, secret
+    sock.curve_server = True
+
+
+def curve_client(sock: Any, token: str) -> None:
+    """Make ``sock`` (a consumer's DEALER, before it connects) a CURVE client of the service
+    of ``token`` (its own key pair is a fresh one: consumers authenticate by the token that
+    each message carries, encrypted)."""
+    import zmq
+
+    public, secret = zmq.curve_keypair()
+    sock.curve_serverkey = curve_keys(token)[0]
+    sock.curve_publickey, sock.curve_secretkey = public, secret
+
+
+def check_curve(curve: Any, host: str, token: str, who: str) -> bool:
+    """Whether a socket of ``who`` at ``host`` uses CURVE: ``curve`` None means beyond
+    loopback only; CURVE needs a token; beyond loopback it cannot be turned off."""
+    if curve is not None and not isinstance(curve, bool):
+        raise ValueError(f"`curve` must be None (on beyond loopback), True or False, got "
+                         f"{curve!r}.")
+    loopback = is_loopback(host)
+    if curve is False and not loopback:
+        raise ValueError(f"{who}: `curve=False` at {host!r}, which is not a loopback address: "
+                         "beyond loopback the messages and the samples are encrypted (ZeroMQ "
+                         "CURVE, keys derived from the token). Leave curve=None.")
+    on = (not loopback) if curve is None else curve
+    if on and not token:
+        raise ValueError(f"{who}: CURVE encryption needs a shared secret to derive its keys "
+                         f"from: pass token='...' (or set {TOKEN_ENV}).")
+    return on
 
 
 def resolve_token(token: str | None) -> str:

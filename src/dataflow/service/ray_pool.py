@@ -95,8 +95,9 @@ class _WorkerActor:
     ``stop()``; ``where()`` and ``figures()`` answer from other threads meanwhile."""
 
     def __init__(self, worker_id: int, pipelines: dict[str, tuple], host: str, token: str,
-                 global_seed: int | None) -> None:
+                 global_seed: int | None, curve: bool = False) -> None:
         self.worker_id, self.pipelines, self.host, self.token = worker_id, pipelines, host, token
+        self.curve = curve
         self.global_seed = global_seed
         # busy seconds, items, bytes out, dropped messages, inputs waiting in its queues
         # (then the input being mapped: job number, or -1 for none; epoch, position, index)
@@ -116,7 +117,7 @@ class _WorkerActor:
             host = self.host
             if not protocol.is_loopback(host):
                 host = _ray().util.get_node_ip_address()
-            sock, self.address = bind(host)
+            sock, self.address = bind(host, self.token if self.curve else None)
         except BaseException as e:
             self.error = f"{type(e).__name__}: {e}"
             raise
@@ -185,7 +186,7 @@ def _arguments(service: Any) -> dict[str, Any]:
             "num_workers": "auto" if service.auto else service.num_workers,
             "backend": "ray", "address": service._requested, "seed": service.seed,
             "shuffle": service.shuffle, "token": service.token, "jobs": jobs or None,
-            "worker_timeout": service.worker_timeout}
+            "worker_timeout": service.worker_timeout, "curve": service.curve}
 
 
 class RemoteService:
@@ -359,7 +360,7 @@ class RayPool(Pool):
 
     def _spawn(self, wid: int, generation: int) -> _ActorWorker:
         actor = self._cls.options(**self._options()).remote(
-            wid, self._pipelines, self.spec.host, self.spec.token, self._seed)
+            wid, self._pipelines, self.spec.host, self.spec.token, self._seed, self.spec.curve)
         return _ActorWorker(wid, generation, actor)
 
     def _node_lost(self, node: str | None) -> bool:

@@ -233,11 +233,17 @@ class DataService:
 
     ``jobs``: other pipelines on the same pool, ``{job name: {"ds", "map_func", "seed",
     "shuffle"}}`` (each key optional: the service's own value otherwise); a consumer whose
-    ``job=`` is one of them reads that pipeline, any other job reads the service's own.
+    ``job=`` is one of them reads that pipeline, ``"default"`` the service's own; without
+    ``jobs=``, every job name reads the service's own (with ``jobs=``, another name is an
+    error listing them).
 
     ``address``: where consumers connect, ``tcp://127.0.0.1:0`` (loopback, a free port: read
     :attr:`address` after :meth:`start`). Any other host needs a shared secret, ``token=`` or
-    the ``DATAFLOW_SERVICE_TOKEN`` environment variable, that every consumer presents.
+    the ``DATAFLOW_SERVICE_TOKEN`` environment variable, that every consumer presents, and
+    the dispatcher's and the workers' sockets encrypt with ZeroMQ CURVE, their key derived
+    from the token (``curve``: None, on beyond loopback only; True also on loopback).
+    ``metrics_port``: ``stats()`` in the Prometheus text format at
+    ``http://127.0.0.1:<port>/metrics`` (0: a free port, :attr:`metrics` ``.url``).
     ``backend="process"`` runs the workers as local processes, ``"ray"`` as Ray actors on a
     cluster (``ray_address``: the cluster to join, default: Ray's own choice).
 
@@ -257,7 +263,7 @@ class DataService:
                  shuffle: bool = True, token: str | None = None,
                  start_method: str | None = None, jobs: dict[str, dict[str, Any]] | None = None,
                  ray_address: str | None = None, worker_timeout: float | None = 10.0,
-                 metrics_port: int | None = None) -> None:
+                 metrics_port: int | None = None, curve: bool | None = None) -> None:
         from dataflow.parallel.autotuning.stage import check_count, is_auto
 
         self.ds = ds
@@ -269,6 +275,7 @@ class DataService:
         self.ray_address = ray_address
         self.worker_timeout = check_seconds(worker_timeout, "worker_timeout", allow_none=True)
         self.token = protocol.resolve_token(token)
+        self._curve_arg = curve
         self.set_address(address)
         if metrics_port is not None and (isinstance(metrics_port, bool) or not isinstance(
                 metrics_port, int) or not 0 <= metrics_port <= 65535):
@@ -334,6 +341,7 @@ class DataService:
                 f"DataService: `address` {address!r} is not a loopback address, so consumers "
                 "from the network could connect: give a shared secret, token='...' (or the "
                 f"{protocol.TOKEN_ENV} environment variable), that every ServiceData presents.")
+        self.curve = protocol.check_curve(self._curve_arg, host, self.token, "DataService")
         self.host, self._requested = host, address
 
     @property
@@ -369,7 +377,7 @@ class DataService:
                     check_picklable(p.source, f"{where}['ds']" if name else "ds", method)
         spec = WorkerSpec({name: (p.source, p.map_func, p.inputs)
                            for name, p in self._pipelines.items()},
-                          self._worker_host(), self.token)
+                          self._worker_host(), self.token, self.curve)
         if self.backend == "ray":
             from dataflow.service.ray_pool import RayPool
 
@@ -478,6 +486,8 @@ class DataService:
         ctx: Any = zmq.Context.instance()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
+        if self.curve:
+            protocol.curve_server(sock, self.token)
         try:
             if self._requested.rsplit(":", 1)[-1] == "0":
                 port = sock.bind_to_random_port(f"tcp://{self.host}")
