@@ -1,13 +1,20 @@
 """The budget's choice: what fits is stored; when full, the outputs most expensive per byte
-replace the cheapest ones."""
+replace the cheapest ones, by a margin; the snapshot's files never exceed the budget (evicted
+records are reclaimed), and compressed records count with their compressed size."""
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataflow.snapshot.budget import admit, parse_budget
+from dataflow.snapshot.budget import REPLACE_MARGIN, Budget, admit, parse_budget
+from dataflow.snapshot.data import CHECKED, SnapshotData
+from dataflow.snapshot.shard import ENTRY, index_bytes
+from dataflow.snapshot.store import SnapshotStore
 
 
 def test_parse_budget():
@@ -29,6 +36,9 @@ def test_admit_replaces_the_cheapest_per_byte_only():
     assert admit(150, 3.0, 0, stored) == (True, [2, 0])  # .02 per byte beats .005 and .01
     assert admit(150, 0.1, 0, stored) == (False, [])
     assert admit(400, 100.0, 0, stored) == (False, [])  # does not fit even alone
+    # about the same cost per byte (noise in the measured seconds) never replaces
+    assert admit(100, 0.74, 0, stored) == (False, [])  # .0074 per byte < 1.5 x .005
+    assert admit(100, 0.76, 0, stored) == (True, [2])
 
 
 @settings(max_examples=60, deadline=None)
@@ -50,9 +60,105 @@ def test_a_budget_converges_to_the_most_expensive_per_byte(items, limit):
         if stored == before:
             break
     assert stored == before  # it settles
-    # no item left out is more expensive per byte than a stored one while fitting in its place
+    # no item left out beats stored ones per byte by the margin while fitting in their place
     for i, (s, b) in enumerate(items):
         if i not in stored and stored:
-            cheaper = [v for v in stored.values() if v[0] / v[1] < s / b]
+            cheaper = [v for v in stored.values() if v[0] / v[1] * REPLACE_MARGIN <= s / b]
             free = limit - sum(v[1] for v in stored.values())
             assert b > free + sum(v[1] for v in cheaper)
+
+
+def _folder_bytes(root):
+    """The bytes of the snapshot's files that the budget bounds: all but meta.json."""
+    return sum(os.path.getsize(os.path.join(root, n)) for n in os.listdir(root)
+               if n != "meta.json")
+
+
+def _value(i, n=1000):
+    return [np.full(n, i % 251, np.uint8), i]
+
+
+def _fill(store, budget, n, epochs, cost=lambda i, epoch: 1.0):
+    """``epochs`` passes over ``range(n)`` as SnapshotData makes them: a miss is stored if the
+    budget admits it. After each put the files stay within the budget."""
+    for epoch in range(epochs):
+        for i in range(n):
+            if store.has(i):
+                continue
+            c = cost(i, epoch)
+            store.put(i, _value(i), cost=c, admit=lambda size, c=c: budget.place(store, size, c))
+            assert store.disk_bytes() <= budget.limit
+            assert _folder_bytes(store.root) <= budget.limit
+
+
+def _one_record(tmp_path):
+    with SnapshotStore(tmp_path / "probe", 1) as probe:
+        return probe.put(0, _value(0))
+
+
+def test_uniform_costs_keep_the_first_records_to_fit_and_never_churn(tmp_path):
+    one, k = _one_record(tmp_path), 6
+    limit = k * (one + ENTRY.itemsize) + index_bytes(0)  # K records, their entries, the index
+    budget = Budget(limit)
+    noise = np.random.default_rng(0).uniform(0.7, 1.04, (4, 20))  # within the 1.5x margin
+    with SnapshotStore(tmp_path / "k", 20) as store:
+        _fill(store, budget, 20, 4, cost=lambda i, epoch: float(noise[epoch, i]))
+        assert sorted(store.costs()) == list(range(k))  # the first six to come
+        assert (budget.evicted, budget.refused) == (0, 3 * (20 - k) + (20 - k))
+        assert store.disk_bytes() == limit
+    assert _folder_bytes(tmp_path / "k") == limit  # sealed: the index written as counted
+    with SnapshotStore(tmp_path / "k", 20) as again:  # another run counts the same bytes
+        assert again.disk_bytes() == limit and sorted(again.costs()) == list(range(k))
+        later = Budget(limit)
+        _fill(again, later, 20, 1)
+        assert (later.evicted, later.refused, again.stored()) == (0, 20 - k, k)
+
+
+def test_a_much_costlier_record_replaces_cheaper_ones_within_the_budget(tmp_path):
+    one, k = _one_record(tmp_path), 6
+    limit = k * (one + ENTRY.itemsize) + index_bytes(0)
+    budget = Budget(limit)
+    with SnapshotStore(tmp_path / "k", 20) as store, SnapshotStore(tmp_path / "k", 20) as other:
+        _fill(store, budget, 20, 1)
+        other.refresh()  # (as another process does on a miss, at most once a second)
+        assert [other.get(i)[0] for i in range(k)] == [True] * k  # it reads them
+        _fill(store, budget, 20, 1, cost=lambda i, epoch: 10.0 if i in (12, 15) else 1.0)
+        assert sorted(store.costs()) == [2, 3, 4, 5, 12, 15]  # 0 and 1 (ties: lowest index)
+        assert (budget.evicted, budget.refused) == (2, 20 - k + 20 - k - 2)
+        assert [store.get(i)[1][1] for i in (12, 15)] == [12, 15]
+        # the evicted records' bytes are reclaimed: one shard of the six live records
+        assert store.disk_bytes() == limit and len(os.listdir(store.root)) == 2
+        other.refresh()  # the other process finds the old shard gone, the new one there
+        assert sorted(other.costs()) == [2, 3, 4, 5, 12, 15]
+        same_value = other.get(12)[1]
+        assert same_value[1] == 12 and same_value[0].tobytes() == _value(12)[0].tobytes()
+        _fill(store, budget, 20, 2, cost=lambda i, epoch: 10.0 if i in (12, 15) else 1.4)
+        assert budget.evicted == 2  # 1.4x is not enough to replace
+    assert _folder_bytes(tmp_path / "k") <= limit
+
+
+def test_the_budget_counts_compressed_bytes(tmp_path):
+    one, k = _one_record(tmp_path), 6
+    limit = k * (one + ENTRY.itemsize) + index_bytes(0)
+    for compression, stored in ((None, k), ("lz4", 20), ("zstd", 20)):
+        root = tmp_path / str(compression)
+        budget = Budget(limit)
+        with SnapshotStore(root, 20, compression=compression) as store:
+            _fill(store, budget, 20, 2)
+            assert store.stored() == stored and budget.evicted == 0
+            small = sum(b for _, b in store.costs().values())
+            assert small < (20 * one if compression else k * one + 1)
+        assert _folder_bytes(root) <= limit
+
+
+def test_snapshot_data_budget_is_a_bound_on_its_folder(tmp_path):
+    one = _one_record(tmp_path)
+    limit = 5 * (one + ENTRY.itemsize) + index_bytes(0)
+    snap = SnapshotData(list(range(20)), tmp_path / "s", map_func=_value, budget=limit,
+                        compression="lz4", verify=0)
+    snap.reset_state()
+    for _ in range(2):
+        assert [x[1] for x in snap] == list(range(20))
+    assert snap.stats()["stored"] == 20  # compressed, all fit: far under 5 raw records
+    snap.close()
+    assert _folder_bytes(snap.root) - os.path.getsize(os.path.join(snap.root, CHECKED)) <= limit

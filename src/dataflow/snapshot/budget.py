@@ -1,14 +1,22 @@
 """A snapshot under a byte budget: store the outputs that are most expensive per byte.
 
-``budget=`` caps the bytes a snapshot holds on disk. Every output that is computed has a
-measured cost (the seconds ``map_func`` took) and a size (its bytes); its *density* is seconds
-per byte. While the budget has room, outputs are stored as they come. When it is full, an output
-whose density beats the cheapest stored ones replaces them (they are discarded), so that over
-the epochs the snapshot comes to hold the outputs that save the most time per byte, and the
-rest are computed each time: an epoch's time falls in proportion to the work stored.
+``budget=`` bounds the bytes the snapshot's shard files and their index files take on disk
+(``meta.json`` and ``deterministic.json``, a few hundred bytes, are not counted): a record
+counts with its size on disk (compressed, if it is) and the 40 bytes of its index entry, a
+shard with its index's 28 bytes, and records that were evicted count until they are reclaimed.
+Every output that is computed has a measured cost (the seconds ``map_func`` took) and a size;
+its *density* is seconds per byte. While the budget has room, outputs are stored as they come.
+When it is full, an output whose density is at least :data:`REPLACE_MARGIN` (1.5) times that of
+the cheapest stored ones replaces them: they are evicted and the process's shards that held
+them are compacted (rewritten with their live records) before the new record is written, so
+the files never exceed the budget. Outputs of about the same cost (noise in the measured
+seconds) therefore never replace each other: the first ones to fit stay. Over the epochs the
+snapshot comes to hold the outputs that save the most time per byte, and the rest are computed
+each time: an epoch's time falls in proportion to the work stored.
 
-The decision is :func:`admit`'s, a pure function of the stored costs; :class:`Budget` keeps
-the running total of one process (processes sharing a snapshot each count what they see).
+The decision is :func:`admit`'s, a pure function of the stored costs; :class:`Budget` applies
+it for one process, which counts every shard it sees but evicts only records it wrote itself
+(another process's, or an earlier run's, stay and count).
 """
 
 from __future__ import annotations
@@ -16,7 +24,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["Budget", "admit", "parse_budget"]
+from dataflow.snapshot.shard import ENTRY
+
+__all__ = ["REPLACE_MARGIN", "Budget", "admit", "parse_budget"]
+
+#: a stored output is replaced only by one that costs at least this many times more seconds
+#: per byte: outputs of about the same cost (noise in the measured seconds) never churn
+REPLACE_MARGIN = 1.5
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
@@ -48,18 +62,19 @@ def parse_budget(budget: Any) -> int | None:
     return int(value)
 
 
-def admit(size: int, seconds: float, free: int, stored: dict[int, tuple[float, int]]
-          ) -> tuple[bool, list[int]]:
+def admit(size: int, seconds: float, free: int, stored: dict[int, tuple[float, int]],
+          margin: float = REPLACE_MARGIN) -> tuple[bool, list[int]]:
     """Whether an output of ``size`` bytes that took ``seconds`` is stored, and which stored
     outputs (``{index: (seconds, bytes)}``) to discard for it: the cheapest per byte, and only
-    those cheaper per byte than it. ``free``: the budget's bytes left."""
+    those that it beats per byte by ``margin`` times or more. ``free``: the budget's bytes
+    left."""
     if size <= free:
         return True, []
     density = seconds / max(size, 1)
     victims: list[int] = []
     for i, (s, b) in sorted(stored.items(), key=lambda kv: (kv[1][0] / max(kv[1][1], 1),
                                                            kv[0])):
-        if s / max(b, 1) >= density:
+        if s / max(b, 1) * margin > density:
             break
         victims.append(i)
         free += b
@@ -69,22 +84,31 @@ def admit(size: int, seconds: float, free: int, stored: dict[int, tuple[float, i
 
 
 class Budget:
-    """The budget of one process's writer: ``limit`` bytes (``None``: no limit)."""
+    """The budget of one process's writer: ``limit`` bytes on disk (``None``: no limit)."""
 
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
         self.evicted = 0
         self.refused = 0
 
-    def place(self, store: Any, index: int, size: int, seconds: float) -> bool:
-        """Make room for an output in ``store`` (discarding cheaper ones); whether it fits."""
+    def place(self, store: Any, size: int, seconds: float) -> bool:
+        """Make room in ``store`` for a record of ``size`` bytes on disk that took ``seconds``
+        (evicting this process's cheaper records and compacting its shards); whether it fits.
+        Meant as ``store.put``'s ``admit``, under the store's lock."""
         if self.limit is None:
             return True
-        ok, victims = admit(size, seconds, self.limit - store.nbytes(), store.costs())
+        size += ENTRY.itemsize  # (its entry in its shard's index)
+        used = store.disk_bytes()
+        if used + size <= self.limit:
+            return True
+        own = {i: (s, b + ENTRY.itemsize) for i, (s, b) in store.own_costs().items()}
+        ok, victims = admit(size, seconds, self.limit - used + store.dead_bytes(), own)
         if not ok:
             self.refused += 1
             return False
-        for i in victims:
-            store.discard(i)
-            self.evicted += 1
-        return True
+        store.evict(victims)
+        self.evicted += len(victims)
+        if store.disk_bytes() + size <= self.limit:
+            return True
+        self.refused += 1  # (another process's shards grew meanwhile)
+        return False

@@ -281,18 +281,13 @@ class SnapshotData(ReaderState, RNGDataFlow):
         value = self._compute(i)
         seconds = time.perf_counter() - start
         stats["compute_seconds"] += seconds
-        if self._budget.place(store, i, self._record_bytes(i, value), seconds):
-            stats["bytes_stored"] += store.put(i, value, cost=seconds)
-        return value
-
-    def _record_bytes(self, i: int, value: Any) -> int:
-        """The bytes a record of ``value`` takes on disk (uncompressed): only under a budget."""
         if self.budget is None:
-            return 0
-        from dataflow.snapshot import codec
-
-        _parts, raw_len = codec.encode(value, i)
-        return codec.ALIGN + codec.align(raw_len)
+            stats["bytes_stored"] += store.put(i, value, cost=seconds)
+        else:
+            place = self._budget.place
+            stats["bytes_stored"] += store.put(
+                i, value, cost=seconds, admit=lambda size: place(store, size, seconds))
+        return value
 
     def _verify(self, i: int, stored: Any) -> Any:
         fresh = self._compute(i)

@@ -30,12 +30,16 @@ class Locations:
         self.checked = np.zeros(size, np.bool_)
         self.n = 0
         self.names: list[str | None] = []  # by shard number; None once the shard is deleted
+        self.live: list[int] = []  # by shard number: the bytes of the records indexed there
+        self.live_n: list[int] = []  # ... and how many they are
         self.by_name: dict[str, int] = {}
         self.alt: dict[int, list[tuple[int, int, int, float]]] = {}
         self.dead: set[tuple[str, int]] = set()  # (shard, offset) of records not to use
 
     def add_shard(self, name: str) -> int:
         self.names.append(name)
+        self.live.append(0)
+        self.live_n.append(0)
         sid = self.by_name[name] = len(self.names) - 1
         return sid
 
@@ -61,6 +65,8 @@ class Locations:
             self.off[j], self.rsize[j], self.cost[j] = new["offset"], new["size"], new["cost"]
             self.sid[j] = sid  # last: a reader in another thread sees a whole entry
             self.n += len(new)
+            self.live[sid] += int(new["size"].sum())
+            self.live_n[sid] += len(new)
             table = table[~take]
         for i, off, size, cost, kind in table.tolist():
             if kind == KIND_TOMBSTONE:
@@ -76,6 +82,8 @@ class Locations:
             self.off[i], self.rsize[i], self.cost[i] = off, size, cost
             self.sid[i] = sid  # last: a reader in another thread sees a whole entry
             self.n += 1
+            self.live[sid] += size
+            self.live_n[sid] += 1
         elif (int(self.sid[i]), int(self.off[i])) != (sid, off):
             self.alt.setdefault(i, []).append((sid, off, size, cost))
 
@@ -92,6 +100,9 @@ class Locations:
 
     def forget(self, i: int) -> None:
         """Unindex ``i``; a copy from another writer, if any, takes its place."""
+        at = int(self.sid[i])
+        self.live[at] -= int(self.rsize[i])
+        self.live_n[at] -= 1
         self.sid[i] = -1
         self.checked[i] = False
         self.n -= 1
@@ -125,7 +136,9 @@ class Locations:
     def nbytes(self) -> int:
         return int(self.rsize[self.sid >= 0].sum())
 
-    def costs(self) -> dict[int, tuple[float, int]]:
-        idx = np.flatnonzero(self.sid >= 0)
+    def costs(self, sids: list[int] | None = None) -> dict[int, tuple[float, int]]:
+        """Index -> (cost, size on disk) of the records indexed, or of those in shards
+        ``sids``."""
+        idx = np.flatnonzero(self.sid >= 0 if sids is None else np.isin(self.sid, sids))
         return dict(zip(idx.tolist(), zip(self.cost[idx].tolist(), self.rsize[idx].tolist(),
                                           strict=True), strict=True))

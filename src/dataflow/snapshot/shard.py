@@ -46,7 +46,8 @@ from dataflow.snapshot.codec import ALIGN, align
 
 __all__ = ["COMPRESSED_AT_MOST", "ENTRY", "FORMAT_VERSION", "HEADER", "KIND_RECORD",
            "KIND_TOMBSTONE", "ShardReader", "ShardWriter", "frame_record", "frame_tombstone",
-           "header_bytes", "header_ok", "is_full_error", "meta_dict", "open_meta", "shard_names"]
+           "header_bytes", "header_ok", "index_bytes", "is_full_error", "meta_dict", "open_meta",
+           "shard_names"]
 
 FORMAT_VERSION = 1
 META = "meta.json"
@@ -72,6 +73,11 @@ _IOV_MAX = 512
 
 #: one record of a shard, as the store indexes it: (index, offset, size on disk, cost, kind)
 Entry = tuple[int, int, int, float, int]
+
+
+def index_bytes(count: int) -> int:
+    """The size of the index file of a shard of ``count`` records (tombstones included)."""
+    return _INDEX_HEAD.size + count * ENTRY.itemsize + 4
 
 
 def header_bytes(kind: int, codec: int, index: int, plen: int, raw_len: int, cost: float,
@@ -216,7 +222,8 @@ class ShardReader:
         self.path = os.path.join(root, name)
         self.mm: Any = None
         self.mapped = 0
-        self.walked = 0
+        self.walked = 0  # the bytes known to hold whole records (or this process's own length)
+        self.count = 0  # how many entries those bytes hold (tombstones included)
         self.sealed = False
 
     def remap(self) -> int:
@@ -266,7 +273,7 @@ class ShardReader:
             problems = [f"record of index {int(e['index'])} at byte {int(e['offset'])}: the "
                         f"shard is cut short ({size} of {length} bytes)" for e in lost]
         self.sealed = True
-        self.walked = length
+        self.walked, self.count = length, count
         return table, problems
 
     def walk(self) -> tuple[np.ndarray, list[str]]:
@@ -296,6 +303,7 @@ class ShardReader:
             entries.append((index, pos, size, cost, kind))
             pos += size
         self.walked = pos
+        self.count += len(entries)
         return np.array(entries, dtype=ENTRY), problems
 
     def check(self, off: int, size: int, i: int) -> str:

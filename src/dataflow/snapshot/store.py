@@ -16,6 +16,11 @@ recompute. A full disk raises :class:`SnapshotFullError` (an ``OSError`` with ``
 that names the path), or with ``on_full="read"`` warns once (:class:`SnapshotFullWarning`) and
 stores nothing more; the record being written is cut off, so the snapshot stays valid.
 
+Records are forgotten with a tombstone (:meth:`SnapshotStore.discard`, seen by every process),
+or, for the records of a process's own shards, evicted (:meth:`SnapshotStore.evict`): the
+shards that held them are compacted, rewritten with their live records in place of the old
+files, so that their bytes leave the disk (a budget relies on it).
+
 Reads are zero-copy: arrays come back as read-only views of the shard's memory map (aligned to
 64 bytes), except for records compressed (``compression="lz4"`` or ``"zstd"``), whose payload is
 decompressed into memory of its own first. A record that compression would not make at least
@@ -30,6 +35,7 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -38,6 +44,7 @@ from dataflow.errors import DataFlowError
 from dataflow.snapshot import codec
 from dataflow.snapshot.locations import Locations
 from dataflow.snapshot.shard import (
+    ENTRY,
     FORMAT_VERSION,
     HEADER,
     INDEX_SUFFIX,
@@ -48,6 +55,7 @@ from dataflow.snapshot.shard import (
     ShardWriter,
     frame_record,
     frame_tombstone,
+    index_bytes,
     is_full_error,
     meta_dict,
     open_meta,
@@ -208,6 +216,46 @@ class SnapshotStore:
         """Index -> (seconds it took to compute, bytes on disk) of every stored record."""
         return self._loc.costs()
 
+    def own_costs(self) -> dict[int, tuple[float, int]]:
+        """:meth:`costs` of the records in this process's own shards (those it can evict)."""
+        return self._loc.costs(self._mine)
+
+    def disk_bytes(self) -> int:
+        """The bytes the snapshot's shards take on disk, as far as this process has seen them
+        (records read or evicted alike, tombstones), with their index files (written when a
+        shard is sealed: a shard's that is not yet is counted as it will be)."""
+        return sum(s.walked + index_bytes(s.count) for s in self._shards if s is not None)
+
+    def dead_bytes(self) -> int:
+        """The bytes in this process's own shards that :meth:`compact` would free: records
+        evicted, found corrupted, or stored by another process first, and their index entries."""
+        return sum(self._dead_in(sid) for sid in self._mine)
+
+    def evict(self, indices: list[int]) -> int:
+        """Forget the records of ``indices`` (all in this process's own shards, see
+        :meth:`own_costs`) and :meth:`compact`: the bytes freed on disk. Other processes find
+        the records gone when they refresh (the shard that held them is replaced)."""
+        with self._guard():
+            loc = self._loc
+            for i in indices:
+                if loc.sid[i] < 0 or int(loc.sid[i]) not in self._mine:
+                    raise ValueError(f"SnapshotStore.evict: index {i} is not stored in this "
+                                     "process's shards; evict only what own_costs() lists.")
+                loc.kill(int(i))
+            return self.compact()
+
+    def compact(self) -> int:
+        """Rewrite this process's own shards that hold dead bytes (see :meth:`dead_bytes`)
+        with their live records only, and delete the old files: the bytes freed on disk. A
+        crash half-way leaves both files, whose records are valid copies of each other."""
+        with self._guard():
+            if self._closed:
+                raise self._closed_error()
+            before = self.disk_bytes()
+            for sid in [sid for sid in self._mine if self._dead_in(sid) > 0]:
+                self._compact(sid)
+            return before - self.disk_bytes()
+
     def stats(self) -> dict[str, int]:
         """records, bytes_written, bytes_read, hits, misses, corrupted, shards."""
         return {"records": self._loc.n, **self._counts,
@@ -244,9 +292,12 @@ class SnapshotStore:
 
     # -- writing -----------------------------------------------------------------------------
 
-    def put(self, i: int, value: Any, cost: float | None = None) -> int:
+    def put(self, i: int, value: Any, cost: float | None = None,
+            admit: Callable[[int], bool] | None = None) -> int:
         """Store ``value`` at index ``i``; the bytes written, or 0 if ``i`` is stored already
-        or nothing is stored any more (``on_full="read"`` after a full disk)."""
+        or nothing is stored any more (``on_full="read"`` after a full disk). ``admit``: called
+        with the record's size on disk (compressed, if it is) before it is written, under the
+        store's lock; it may :meth:`evict`, and the record is written only if it says True."""
         if not 0 <= i < self._size:
             raise IndexError(f"SnapshotStore.put: index {i!r} is out of range(0, {self._size})")
         if self._closed:
@@ -254,7 +305,7 @@ class SnapshotStore:
         if self._loc.sid[i] >= 0 or self._full:
             return 0
         head, parts, size = frame_record(int(i), value, self._codec, float(cost or 0.0))
-        return self._append(int(i), head, parts, size, float(cost or 0.0), KIND_RECORD)
+        return self._append(int(i), head, parts, size, float(cost or 0.0), KIND_RECORD, admit)
 
     def discard(self, i: int) -> None:
         """Forget the record of index ``i`` (it will be recomputed), here and, through a
@@ -332,6 +383,8 @@ class SnapshotStore:
         self._shards: list[ShardReader | None] = []  # by shard number, as in self._loc
         self._loc = Locations(self._size)
         self._own = -1
+        self._mine: list[int] = []  # the shards this process wrote (its own, then rolled)
+        self._tombs: dict[int, list[tuple[int, int, int]]] = {}  # ... their tombstones
 
     def _new_reader(self, name: str) -> tuple[int, ShardReader]:
         shard = ShardReader(self.root, name)
@@ -364,6 +417,9 @@ class SnapshotStore:
         if sid == self._own and self._writer is not None:
             self._writer.abandon()
             self._writer, self._own = None, -1
+        if sid in self._mine:
+            self._mine.remove(sid)
+            self._tombs.pop(sid, None)
         self._loc.lose_shard(sid)
         self._shards[sid] = None  # (its map closes once no thread reads it)
 
@@ -405,9 +461,10 @@ class SnapshotStore:
             self._writer.abandon()
             self._writer = None
         self._own = -1
+        self._mine, self._tombs = [], {}
 
     def _append(self, i: int, head: bytes, parts: list[Any], size: int, cost: float,
-                kind: int) -> int:
+                kind: int, admit: Callable[[int], bool] | None = None) -> int:
         with self._guard():
             if self._closed:
                 raise self._closed_error()
@@ -416,12 +473,18 @@ class SnapshotStore:
             if self._full or (kind == KIND_RECORD and self._loc.sid[i] >= 0):
                 return 0
             try:
+                if admit is not None and not admit(size):
+                    return 0
                 if self._writer is None or self._writer.fd is None:  # none yet, or abandoned
                     self._writer = ShardWriter(self.root)
                     self._own = self._new_reader(self._writer.name)[0]
+                    self._mine.append(self._own)
                 w = self._writer
                 off = w.offset
                 w.append(head, parts, (i, off, size, cost, kind))
+                mine = self._shards[self._own]
+                assert mine is not None
+                mine.walked, mine.count = w.offset, len(w.entries)
             except OSError as e:
                 if not is_full_error(e) or self._on_full == "raise":
                     raise self._write_error(e) from e
@@ -430,10 +493,79 @@ class SnapshotStore:
             if kind == KIND_RECORD:
                 self._loc.index(i, self._own, off, size, cost)
                 self._loc.checked[i] = True
+            else:
+                self._tombs.setdefault(self._own, []).append((i, off, size))
             self._counts["bytes_written"] += size
             if w.offset >= self._shard_bytes:
                 self._roll()
             return size
+
+    def _dead_in(self, sid: int) -> int:
+        shard = self._shards[sid]
+        if shard is None:
+            return 0
+        tombs = self._tombs.get(sid, [])
+        loc = self._loc
+        return (shard.walked - loc.live[sid] - sum(t[2] for t in tombs)
+                + ENTRY.itemsize * (shard.count - loc.live_n[sid] - len(tombs)))
+
+    def _compact(self, sid: int) -> None:
+        """Copy the live records (and the tombstones of records in other shards still there)
+        of own shard ``sid`` into a new shard, which replaces it."""
+        old = self._shards[sid]
+        assert old is not None
+        loc = self._loc
+        idx = np.flatnonzero(loc.sid == sid)
+        keep: list[tuple[int, int, int, float, int, bool]] = [
+            (int(i), int(loc.off[i]), int(loc.rsize[i]), float(loc.cost[i]), KIND_RECORD,
+             bool(loc.checked[i])) for i in idx]
+        for i, off, size in self._tombs.get(sid, []):
+            target = old.tombstone_target(off)
+            if target is not None and target[0] != old.name and target[0] in loc.by_name:
+                keep.append((i, off, size, 0.0, KIND_TOMBSTONE, True))
+        keep.sort(key=lambda e: e[1])
+        if old.mapped < old.walked:
+            old.remap()
+        new = ShardWriter(self.root)
+        new_sid = self._new_reader(new.name)[0]
+        moved: list[tuple[int, int, int, float, int, bool]] = []
+        try:
+            for i, off, size, cost, kind, checked in keep:
+                at = new.offset
+                new.append(b"", [old.mm[off: off + size]], (i, at, size, cost, kind))
+                moved.append((i, at, size, cost, kind, checked))
+            if sid != self._own:
+                new.seal()
+        except BaseException:
+            new.abandon()
+            with contextlib.suppress(OSError):
+                os.remove(new.path)
+            self._loc.lose_shard(new_sid)
+            self._shards[new_sid] = None
+            raise
+        reader = self._shards[new_sid]
+        assert reader is not None
+        reader.walked, reader.count = new.offset, len(new.entries)
+        if sid == self._own:
+            assert self._writer is not None
+            self._writer.abandon()
+            self._writer, self._own = new, new_sid
+        else:
+            reader.sealed = True
+        self._mine[self._mine.index(sid)] = new_sid
+        self._tombs.pop(sid, None)
+        for ext in (SUFFIX, INDEX_SUFFIX):
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(old.path[: -len(SUFFIX)] + ext)
+        loc.lose_shard(sid)
+        old.close()
+        self._shards[sid] = None
+        for i, at, size, cost, kind, checked in moved:
+            if kind == KIND_RECORD:
+                loc.index(i, new_sid, at, size, cost)
+                loc.checked[i] = checked and int(loc.sid[i]) == new_sid
+            else:
+                self._tombs.setdefault(new_sid, []).append((i, at, size))
 
     def _roll(self) -> None:
         """Seal this process's shard; the next record starts a new one."""
