@@ -29,6 +29,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from dataflow.errors import StateMismatchError
 from dataflow.service import DataService, ServiceData
 from tests.helpers import timed, wait_until
 from tests.ray import service_cluster
@@ -94,11 +95,14 @@ def test_one_rank_receives_exactly_what_the_process_backend_gives():
 @pytest.mark.usefixtures("local_ray")
 def test_stats_name_the_ray_backend_and_its_workers():
     with _service(40) as svc:
-        (epoch,), _ = _read(svc.address)
-        assert len(epoch) == 40
+        c = ServiceData(svc.address, rank=0, world_size=1, timeout=60)
+        c.reset_state()
+        assert len(list(c)) == 40
         # (the dispatcher reads the workers' figures in the background, every 0.25 s)
         assert wait_until(lambda: sum(w["items"] for w in svc.stats()["workers"]) == 40, 10)
         stats = svc.stats()
+        c.close()  # (it says goodbye: no longer listed)
+        assert wait_until(lambda: svc.stats()["consumers"] == [], 10)
     assert stats["backend"] == "ray"
     assert stats["address"] == svc.address and stats["datapoints"] == 40
     assert stats["num_workers"] == 2 and stats["restarts"] == 0
@@ -388,3 +392,34 @@ def test_the_dispatcher_lost_and_started_again_on_its_address_on_three_nodes(
     print(f"dispatcher lost: the next output {after_up:.3f} s after the new service was up; "
           f"longest stall {stall:.3f} s, of which {report['restart_s']:.3f} s the new "
           "service's start")
+
+
+@pytest.mark.usefixtures("local_ray")
+def test_identity_policy_and_spread_on_ray_actors():
+    # a state saved against seed 5 is refused by the same pipeline with seed 6
+    with _service(40, workers=2) as svc:
+        c = ServiceData(svc.address, rank=0, world_size=1, timeout=60, prefetch=1)
+        c.reset_state()
+        assert len([dp for dp, _ in zip(c, range(10))]) == 10
+        state = json.loads(json.dumps(c.state_dict()))
+        c.close()
+        # (prefetch 1: both workers asked; their figures are read every 0.25 s)
+        assert wait_until(lambda: min(w["items"] for w in svc.stats()["workers"]) > 0, 10)
+    with _service(40, workers=1, seed=6) as svc:
+        c = ServiceData(svc.address, rank=0, world_size=1, timeout=60)
+        c.reset_state()
+        with pytest.raises(StateMismatchError, match=r"\(seed: 5 -> 6\)"):
+            c.load_state_dict(state)
+        c.close()
+    # inputs that raise, exit or give outputs that cannot travel: skipped alike on every rank
+    with _service(60, workers=2, shuffle=False, func=pipelines.poison_no_exit) as svc:
+        readers = [ServiceData(svc.address, rank=r, world_size=2, timeout=60,
+                               on_error="skip", max_errors=5) for r in range(2)]
+        outs = []
+        for c in readers:
+            c.reset_state()
+            outs.append([list(dp) for dp in c])
+            c.close()
+    assert [len(x) for x in outs] == [30, 30]
+    assert outs[1][:7] == [[1, "ok"], [3, "ok"], [5, "ok"], [7, "ok"], [9, "ok"], [11, "ok"],
+                           [11, "ok"]]  # (13 exits: the last output in its place)

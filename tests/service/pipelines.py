@@ -95,3 +95,18 @@ def megabyte(dp: list) -> list:
 def started() -> DataService:
     """A target for `serve` that starts its service itself (serve refuses it)."""
     return DataService(source(10), tag, num_workers=1).start()
+
+
+def crash_below_2(dp: list) -> list:
+    """Datapoints 0 and 1 end their worker's process (``os._exit``); the others map."""
+    if dp[0] < 2:
+        os._exit(7)
+    return [dp[0]]
+
+
+def poison_no_exit(dp: list) -> list:
+    """:func:`poison` without the call that ends its process (for Ray actors, whose input at
+    a crash the pool does not learn)."""
+    if int(dp[0]) == 11:
+        return [11, "ok"]
+    return poison(dp)

@@ -157,3 +157,17 @@ def test_past_max_errors_the_epoch_ends_with_the_budget_error():
         c.close()
     assert len(got) == 17  # (through datapoint 17's turn: 11 and 13 stood in for)
     assert Counter(got)[10] == 2 and Counter(got)[12] == 2
+
+
+def test_workers_that_end_again_and_again_start_later_each_time(caplog):
+    with DataService(pipelines.source(3), pipelines.crash_below_2, num_workers=1,
+                     shuffle=False) as svc:
+        c = _consumer(svc.address, on_error="skip")
+        got = [dp[0] for dp in c]
+        c.close()
+        restarts = svc.stats()["restarts"]
+    assert got == [2, 2, 2]  # (0 and 1 skipped: the first output stands in for them)
+    assert restarts == 4  # (each asked twice, never a third time)
+    waits = [r.getMessage().rsplit(" in ", 1)[1] for r in caplog.records
+             if "the next one starts in" in r.getMessage()]
+    assert waits == ["0.2 s", "0.4 s", "0.8 s"]

@@ -23,6 +23,7 @@ there the timeout must exceed the longest time a map call holds it). ``None``: n
 from __future__ import annotations
 
 import contextlib
+import logging
 import multiprocessing
 import time
 from dataclasses import dataclass
@@ -32,6 +33,8 @@ from dataflow.parallel._bootstrap import get_context, limited_thread_env, parent
 from dataflow.service.worker import BEAT_INTERVAL, worker_main
 
 __all__ = ["Pool", "PoolWorker", "ProcessPool", "Waiting", "WorkerSpec"]
+
+logger = logging.getLogger("dataflow.service")
 
 #: a worker that ends within this many seconds of its start ends "quickly": its slot's next
 #: start waits, longer each time (a crash loop backs off)
@@ -144,6 +147,9 @@ class Pool:
         quick[w.wid] = quick.get(w.wid, 0) + 1 if now - w.started < QUICK else 0
         if quick[w.wid] >= 2:
             wait = min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (quick[w.wid] - 2))
+            logger.warning("DataService: the workers of slot %d ended %d times in a row within "
+                           "%g s of their start; the next one starts in %g s", w.wid,
+                           quick[w.wid], QUICK, wait)
             self._workers[k] = Waiting(w.wid, w.generation + 1, now + wait)
         else:
             self._workers[k] = self._spawn(w.wid, w.generation + 1)
