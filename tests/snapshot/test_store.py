@@ -8,6 +8,7 @@ import mmap
 import os
 import pickle
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -359,3 +360,23 @@ class StoresOfOneSnapshot(RuleBasedStateMachine):
 TestStoresOfOneSnapshot = StoresOfOneSnapshot.TestCase
 TestStoresOfOneSnapshot.settings = settings(max_examples=25, stateful_step_count=25,
                                             deadline=None)
+
+
+def test_a_refresh_lists_the_folder_only_when_it_changed(tmp_path):
+    root = tmp_path / "k"
+    with SnapshotStore(root, 4) as reader, SnapshotStore(root, 4) as a, \
+            SnapshotStore(root, 4) as b:
+        past = time.time_ns() - 10 * 10**9
+        os.utime(root, ns=(past, past))
+        reader.refresh()  # lists the folder: nothing yet
+        b.put(2, "y")  # a new shard, but the folder's time is set back: not listed again
+        os.utime(root, ns=(past, past))
+        reader.refresh()
+        assert reader.stats()["shards"] == 0 and reader.get(2) == (False, None)
+        a.put(1, "x")  # another new shard: the folder's time moves, so it is listed
+        reader.refresh()
+        assert reader.get(1) == (True, "x") and reader.get(2) == (True, "y")
+        assert reader.stats()["shards"] == 2
+        b.put(3, "z")  # a shard that grows is seen without a listing (a stat of the file)
+        reader.refresh()
+        assert reader.get(3) == (True, "z")

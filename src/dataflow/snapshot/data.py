@@ -270,7 +270,9 @@ class SnapshotData(ReaderState, RNGDataFlow):
             if self.verify and self._verify_rng.random() < self.verify:
                 return self._verify(i, value)
             return value
-        store.refresh()  # another process (a rank, a service worker) may have stored it
+        # another process (a rank, a service worker) may have stored it: a refresh costs a
+        # stat of the folder (listed again only when it changed) and one per shard being written
+        store.refresh()
         found, value = store.get(i)
         if found:
             stats["hits"] += 1

@@ -70,6 +70,9 @@ logger = logging.getLogger("dataflow")
 DEFAULT_SHARD_BYTES = 1 << 30
 #: a miss looks for what other processes wrote at most this often (seconds)
 MISS_REFRESH_S = 1.0
+#: a listing of the folder is reused while its modification time stays what it was, if the
+#: listing was made at least this long after that time (file systems' clocks are coarse)
+MTIME_SLACK_NS = 1_000_000_000
 _ALIGN = codec.ALIGN
 
 
@@ -138,6 +141,8 @@ class SnapshotStore:
         self._counts = {"bytes_written": 0, "bytes_read": 0, "hits": 0, "misses": 0,
                         "corrupted": 0}
         self._last_refresh = 0.0
+        self._dir_mtime, self._dir_listed = -1, 0
+        self._names: tuple[list[str], set[str]] = ([], set())
         try:
             os.makedirs(self.root, exist_ok=True)
             self.info = open_meta(self.root, self._size, meta)
@@ -271,7 +276,7 @@ class SnapshotStore:
         with self._guard():
             if self._closed:
                 raise self._closed_error()
-            names, sealed = shard_names(self.root)
+            names, sealed = self._listing()
             present = set(names)
             for sid, shard in enumerate(self._shards):
                 if shard is None:
@@ -499,6 +504,21 @@ class SnapshotStore:
             if w.offset >= self._shard_bytes:
                 self._roll()
             return size
+
+    def _listing(self) -> tuple[list[str], set[str]]:
+        """:func:`shard_names` of ``root``, listed again only when the folder changed since
+        (its modification time moved): a ``stat`` instead of a listing on most refreshes. A
+        listing made less than :data:`MTIME_SLACK_NS` after the folder's time is not trusted
+        (a coarse clock could give a later change the same time)."""
+        try:
+            mtime = os.stat(self.root).st_mtime_ns
+        except FileNotFoundError:
+            return [], set()
+        if mtime != self._dir_mtime or self._dir_listed - mtime < MTIME_SLACK_NS:
+            now = time.time_ns()
+            self._names = shard_names(self.root)
+            self._dir_mtime, self._dir_listed = mtime, now
+        return self._names
 
     def _dead_in(self, sid: int) -> int:
         shard = self._shards[sid]
