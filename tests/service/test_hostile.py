@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dataflow.service import DataService, ServiceData, protocol
+from dataflow.service import DataService, ServiceData, ServiceError, protocol
 from tests.helpers import wait_until
 from tests.service import pipelines
 
@@ -148,3 +149,79 @@ def test_a_worker_answers_only_indices_of_its_pipeline():
         s.close(linger=0)
         ctx.term()
         assert wait_until(lambda: svc.stats()["dropped"] == 3, 10)
+
+
+#: a valid message of each operation a consumer's control socket receives
+CONSUMER_VALID = {
+    "config": {"instance": "i", "n": 4, "seed": 1, "shuffle": False, "jobs": {},
+               "workers": [], "service": "s", "crashed": [],
+               "identity": {"seed": 1, "n": 4}},
+    "stats": {"stats": {}},
+    "closed": {"service": "s"},
+    "refused": {"error": "e"},
+}
+
+
+@st.composite
+def hostile_answers(draw: st.DrawFn) -> bytes:
+    op = draw(st.sampled_from(sorted(CONSUMER_VALID)))
+    field = draw(st.sampled_from(["op", "extra", *protocol.OPS["consumer"][op]]))
+    msg: dict = {"op": op, **CONSUMER_VALID[op]}
+    if op in ("closed", "refused") and field not in ("op", "extra"):
+        field = "extra"  # (a valid one ends the consumer, as it should: keep them invalid)
+    msg[field] = draw(HOSTILE)
+    return msgpack.packb(msg, use_bin_type=True)
+
+
+def _connect(c: ServiceData) -> str | None:
+    """Connect ``c``: None, or the ServiceError it raised."""
+    try:
+        c.reset_state()
+    except ServiceError as e:
+        return str(e)
+    return None
+
+
+def test_a_consumer_drops_hostile_answers_of_its_dispatcher():
+    # whatever its dispatcher answers, a consumer uses only a config of the protocol's types,
+    # or raises ServiceError (another pipeline); never another exception
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    valid = msgpack.packb({"op": "config", **CONSUMER_VALID["config"]}, use_bin_type=True)
+    dropped = []
+    try:
+        @settings(max_examples=60, deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(st.lists(hostile_answers(), min_size=1, max_size=4))
+        def connect(answers: list[bytes]) -> None:
+            c = ServiceData(f"tcp://127.0.0.1:{port}", rank=0, world_size=1, timeout=20)
+
+            def answer() -> None:
+                assert router.poll(20_000)
+                ident = router.recv_multipart()[0]
+                for frame in [*answers, valid]:
+                    router.send_multipart([ident, frame])
+
+            t = threading.Thread(target=answer)
+            t.start()
+            try:
+                error = _connect(c)
+                if error is not None:
+                    assert "now serves another pipeline" in error
+                else:
+                    assert c._config is not None
+                    protocol.check(c._config, "consumer")
+                    assert len(c) == c._config["n"]
+            finally:
+                t.join()
+                dropped.append(c._dropped)
+                c.close()
+                while router.poll(0):  # (a hello asked again, a goodbye)
+                    router.recv_multipart()
+
+        connect()
+    finally:
+        router.close(linger=0)
+        ctx.term()
+    assert sum(dropped) > 0
