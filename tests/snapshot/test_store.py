@@ -7,6 +7,7 @@ import json
 import mmap
 import os
 import pickle
+import subprocess
 import sys
 import time
 
@@ -380,3 +381,16 @@ def test_a_refresh_lists_the_folder_only_when_it_changed(tmp_path):
         b.put(3, "z")  # a shard that grows is seen without a listing (a stat of the file)
         reader.refresh()
         assert reader.get(3) == (True, "z")
+
+
+def test_the_full_disk_errors_are_exported_lazily_by_the_package():
+    code = ("import sys, dataflow.snapshot as s; "
+            "print('dataflow.snapshot.store' in sys.modules); "
+            "from dataflow.snapshot import SnapshotFullError, SnapshotFullWarning; "
+            "from dataflow.snapshot import store; "
+            "print(SnapshotFullError is store.SnapshotFullError, "
+            "SnapshotFullWarning is store.SnapshotFullWarning, "
+            "'SnapshotFullError' in s.__all__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["False", "True", "True", "True"]
