@@ -162,6 +162,40 @@ class DataFlow(metaclass=DataFlowMeta):
         ds = self.__dict__.get("ds")
         return [ds] if isinstance(ds, DataFlow) else []
 
+    def replace_child(self, old: DataFlow, new: DataFlow) -> None:
+        """Make this flow read ``new`` where it read ``old``, one of its :meth:`children`
+        (every place it holds it: a mapper's checkpoints of it too). Call it before
+        ``reset_state()``: a stage whose workers run keeps reading what they were given.
+
+        Checks the arguments, then calls the hook :meth:`_replace_child`. Built-in flows
+        implement the hook; a flow that keeps its child as ``ds`` and does not override
+        ``children()`` gets one that sets ``ds``; any other flow raises ``NotImplementedError``
+        until it implements ``_replace_child``."""
+        if not isinstance(new, DataFlow):
+            raise TypeError(f"`new` must be a DataFlow, got {type(new).__name__} {new!r:.60}; "
+                            "wrap a list with DataFromList(lst, shuffle=False).")
+        children = self.children()
+        if not any(child is old for child in children):
+            names = [type(child).__name__ for child in children]
+            raise ValueError(f"`old` ({type(old).__name__}) is not a child of "
+                             f"{type(self).__name__}, whose children() are {names}; pass one "
+                             "of them (the very object, not an equal one).")
+        self._replace_child(old, new)
+        if any(child is old for child in self.children()) and old is not new:
+            raise RuntimeError(f"{type(self).__name__}._replace_child left `old` among its "
+                               "children(); it must replace every place that holds it.")
+
+    def _replace_child(self, old: DataFlow, new: DataFlow) -> None:
+        """Hook of :meth:`replace_child` (``old`` is one of :meth:`children`): put ``new`` in
+        its place in every attribute that holds it."""
+        if type(self).children is DataFlow.children:  # (the child is `ds`: the default)
+            self.__dict__["ds"] = new
+            return
+        raise NotImplementedError(
+            f"{type(self).__name__} cannot replace its child {type(old).__name__}: it says "
+            "its children() but not how to replace one. Implement "
+            "_replace_child(self, old, new) to put `new` everywhere it holds `old`.")
+
     def close(self) -> None:
         """Release resources started by this flow. Idempotent; the default does nothing."""
 
@@ -225,6 +259,9 @@ class ProxyDataFlow(DataFlow):
 
     def children(self) -> list[DataFlow]:
         return [self.ds]
+
+    def _replace_child(self, old: DataFlow, new: DataFlow) -> None:
+        self.ds = new
 
     def __len__(self) -> int:
         return len(self.ds)

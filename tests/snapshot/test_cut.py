@@ -146,3 +146,44 @@ def test_the_cut_is_at_the_first_random_stage_and_keeps_the_outputs(kinds):
         assert len(snap.cut.above) == len(kinds) - deterministic
         np.random.seed(0)
         assert _epochs(flow) == want
+
+
+class OffsetStage(df.DataFlow):
+    """A stage that keeps its child as `source` (not `ds`) and says how to replace it."""
+
+    def __init__(self, source):
+        self.source = source
+
+    def children(self):
+        return [self.source]
+
+    def _replace_child(self, old, new):
+        self.source = new
+
+    def __len__(self):
+        return len(self.source)
+
+    def __iter__(self):
+        for dp in self.source:
+            yield [*dp, "offset"]
+
+
+class OpaqueStage(OffsetStage):
+    """The same, without saying how to replace its child."""
+
+    _replace_child = df.DataFlow._replace_child
+
+
+def test_the_stage_above_the_cut_is_rewired_by_its_replace_child(tmp_path):
+    def chain(kind):
+        src = df.DataFromList([[i, i] for i in range(6)], shuffle=False)
+        return kind(df.MapDataComponent(df.MapData(src, pipelines.decode), _double, index=1))
+
+    want = _epochs(chain(OffsetStage), 1)
+    flow = df.snapshot(chain(OffsetStage), tmp_path)
+    assert isinstance(flow.source, SnapshotData) and flow.source.cut.above == ["OffsetStage"]
+    assert _epochs(flow, 1) == want
+    with pytest.raises(ValueError, match=r"the stage above the cut cannot be made to read the "
+                                         r"snapshot: OpaqueStage cannot replace its child "
+                                         r"MapDataComponent"):
+        df.snapshot(chain(OpaqueStage), tmp_path)

@@ -68,6 +68,14 @@ class Lifecycle:
         self._guard = DataFlowReentrantGuard(type(self).__name__)
         register(self)
 
+    def _replace_child(self, old: Any, new: Any) -> None:
+        """Refused while the workers run (they read, or were given, ``old``); else the base's."""
+        if self._started:
+            raise RuntimeError(
+                f"{type(self).__name__}.replace_child: its workers are running with the child "
+                f"it has; replace it before reset_state(), or close() the stage first.")
+        super()._replace_child(old, new)  # type: ignore[misc]
+
     def _start(self) -> None:
         raise NotImplementedError
 

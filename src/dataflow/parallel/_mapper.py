@@ -120,6 +120,10 @@ class MapperBase(EpochCounter, Lifecycle, ProxyDataFlow):
         self._tuned: dict[str, Any] | None = None  # the controller's last state (a restore's)
         self._init_lifecycle()
 
+    def _replace_child(self, old: DataFlow, new: DataFlow) -> None:
+        super()._replace_child(old, new)
+        self._checkpoints.ds = new  # (the checkpoints save the state of the child it reads)
+
     # ---- autotuning ---------------------------------------------------------------------------
 
     def _shutdown(self) -> None:

@@ -132,6 +132,11 @@ class MultiThreadRunner(RunnerBase):
     def children(self) -> list[DataFlow]:
         return list(self.dfs)
 
+    def _replace_child(self, old: DataFlow, new: DataFlow) -> None:
+        super()._replace_child(old, new)  # (refused while the threads run)
+        self.dfs = [new if df is old else df for df in self.dfs]
+        self.ds = self.dfs[0]  # (the first copy stands for them all)
+
     def _start(self) -> None:
         # every copy sits where the first does in the pipeline, and is keyed by its worker
         path = _rng.path_of(self.dfs[0])

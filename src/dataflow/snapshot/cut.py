@@ -98,19 +98,6 @@ def _step(stage: Any) -> tuple[tuple[Any, Any] | None, str]:
     return None, f"{name} is not a 1:1 map stage"
 
 
-def _repoint(parent: Any, old: Any, new: Any) -> None:
-    """Make ``parent`` read ``new`` where it read ``old``: its ``ds``, and the helpers of it
-    that hold the same child (a mapper's checkpoints of its child's state)."""
-    if parent.__dict__.get("ds") is not old:
-        raise ValueError(f"dataflow.snapshot: {public_name(parent)} does not keep its input "
-                         "as `ds`, so it cannot be made to read the snapshot; build the "
-                         "pipeline on SnapshotData(...) yourself.")
-    parent.ds = new
-    for value in vars(parent).values():
-        if value is not parent and getattr(value, "ds", None) is old:
-            value.ds = new
-
-
 def snapshot(ds: DataFlow, path: str | os.PathLike[str], **kwargs: Any) -> DataFlow:
     """``ds`` with its longest deterministic prefix replaced by a :class:`SnapshotData` under
     ``path`` (``kwargs`` go to it: ``budget``, ``verify``, ``compression``, ``key``...).
@@ -189,6 +176,11 @@ def snapshot(ds: DataFlow, path: str | os.PathLike[str], **kwargs: Any) -> DataF
     logger.info("dataflow.snapshot under %s: %s", snap.root, cut)
     if not above:
         return snap
-    _repoint(above[-1], stored[-1], snap)
+    try:
+        above[-1].replace_child(stored[-1], snap)
+    except NotImplementedError as e:
+        raise ValueError(f"dataflow.snapshot: the stage above the cut cannot be made to read "
+                         f"the snapshot: {e} Or build the pipeline on SnapshotData(...) "
+                         "yourself.") from e
     return ds
 

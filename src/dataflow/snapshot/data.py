@@ -319,6 +319,11 @@ class SnapshotData(ReaderState, RNGDataFlow):
     def children(self) -> list[DataFlow]:
         return [self.ds] if isinstance(self.ds, DataFlow) else []
 
+    def _replace_child(self, old: DataFlow, new: DataFlow) -> None:
+        raise ValueError(f"SnapshotData cannot replace its source {type(old).__name__}: the "
+                         "source is part of the snapshot's key. Build a new SnapshotData(new, "
+                         "path, ...) over the other source.")
+
     def reset_state(self) -> None:
         super().reset_state()
         depth = self._order_depth

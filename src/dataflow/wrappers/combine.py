@@ -57,6 +57,9 @@ class _Children(EpochCounter):
     def children(self) -> list[DataFlow]:
         return list(self.df_lists)
 
+    def _replace_child(self, old: DataFlow, new: DataFlow) -> None:
+        self.df_lists = [new if df is old else df for df in self.df_lists]
+
     def _begin_children(self) -> tuple[object, int]:
         restored = self._resume is not None
         token, start = self._begin()

@@ -93,6 +93,10 @@ class LocallyShuffleData(EpochCounter, ProxyDataFlow, RNGDataFlow):
         self._incoming = 0
         self._current, self._pending = None, 0
 
+    def _replace_child(self, old: DataFlow, new: DataFlow) -> None:
+        super()._replace_child(old, new)
+        self._repeat.replace_child(old, new)  # (what it reads, epoch after epoch)
+
     def __len__(self) -> int:
         return len(self.ds) * self.num_reuse
 
