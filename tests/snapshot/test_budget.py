@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataflow.snapshot.budget import REPLACE_MARGIN, Budget, admit, parse_budget
+from dataflow.snapshot.budget import EVICT_BATCH, REPLACE_MARGIN, Budget, admit, parse_budget
 from dataflow.snapshot.data import CHECKED, SnapshotData
 from dataflow.snapshot.shard import ENTRY, index_bytes
 from dataflow.snapshot.store import SnapshotStore
@@ -162,3 +162,30 @@ def test_snapshot_data_budget_is_a_bound_on_its_folder(tmp_path):
     assert snap.stats()["stored"] == 20  # compressed, all fit: far under 5 raw records
     snap.close()
     assert _folder_bytes(snap.root) - os.path.getsize(os.path.join(snap.root, CHECKED)) <= limit
+
+
+def test_admit_frees_room_for_the_next_ones_in_one_go():
+    stored = dict.fromkeys(range(10), (1.0, 100))
+    assert admit(100, 10.0, 0, stored, extra=250) == (True, [0, 1, 2])  # 200 bytes left over
+    assert admit(100, 10.0, 0, stored, extra=99) == (True, [0])
+    assert admit(100, 1.4, 0, stored, extra=250) == (False, [])  # beats none by 1.5x
+
+
+def test_one_compaction_makes_room_for_several_costlier_records(tmp_path):
+    one, k = _one_record(tmp_path), 32
+    rec = one + ENTRY.itemsize
+    limit = k * rec + index_bytes(0)  # EVICT_BATCH of it: two records and a bit
+    assert 2 * rec <= limit * EVICT_BATCH < 3 * rec
+    budget = Budget(limit)
+    with SnapshotStore(tmp_path / "k", 60) as store:
+        _fill(store, budget, k, 1)
+        _fill(store, budget, 60, 1, cost=lambda i, epoch: 10.0 if i in (40, 50) else 1.0)
+        # 40 evicts 0 and, to make room for the next ones, 1 and 2; the cheap ones after it
+        # are refused even where there is room (they would only be evicted again); 50 takes
+        # the room without evicting
+        assert sorted(store.costs()) == [*range(3, k), 40, 50]
+        assert (budget.evicted, store.disk_bytes()) == (3, limit - rec)
+        assert budget.floor == 1.5 / rec
+        _fill(store, budget, 60, 1, cost=lambda i, epoch: 1.6 if i == 51 else 1.0)
+        assert sorted(store.costs()) == [*range(3, k), 40, 50, 51] and budget.evicted == 3
+    assert _folder_bytes(tmp_path / "k") == limit

@@ -9,8 +9,10 @@ its *density* is seconds per byte. While the budget has room, outputs are stored
 When it is full, an output whose density is at least :data:`REPLACE_MARGIN` (1.5) times that of
 the cheapest stored ones replaces them: they are evicted and the process's shards that held
 them are compacted (rewritten with their live records) before the new record is written, so
-the files never exceed the budget. Outputs of about the same cost (noise in the measured
-seconds) therefore never replace each other: the first ones to fit stay. Over the epochs the
+the files never exceed the budget. A compaction copies the live records, so an eviction frees
+up to :data:`EVICT_BATCH` of the budget at once, and that room is kept for outputs that beat the
+evicted ones by the margin (:attr:`Budget.floor`). Outputs of about the same cost (noise in the
+measured seconds) never replace each other: the first ones to fit stay. Over the epochs the
 snapshot comes to hold the outputs that save the most time per byte, and the rest are computed
 each time: an epoch's time falls in proportion to the work stored.
 
@@ -26,11 +28,15 @@ from typing import Any
 
 from dataflow.snapshot.shard import ENTRY
 
-__all__ = ["REPLACE_MARGIN", "Budget", "admit", "parse_budget"]
+__all__ = ["EVICT_BATCH", "REPLACE_MARGIN", "Budget", "admit", "parse_budget"]
 
 #: a stored output is replaced only by one that costs at least this many times more seconds
 #: per byte: outputs of about the same cost (noise in the measured seconds) never churn
 REPLACE_MARGIN = 1.5
+#: when outputs must be evicted for a costlier one, up to this fraction of the budget is freed at
+#: once (of outputs it beats by the margin): a compaction rewrites the process's shards, so it
+#: makes room for many replacements, not one
+EVICT_BATCH = 1 / 16
 
 _UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9,
           "gb": 10**9, "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30,
@@ -63,52 +69,63 @@ def parse_budget(budget: Any) -> int | None:
 
 
 def admit(size: int, seconds: float, free: int, stored: dict[int, tuple[float, int]],
-          margin: float = REPLACE_MARGIN) -> tuple[bool, list[int]]:
+          margin: float = REPLACE_MARGIN, extra: int = 0) -> tuple[bool, list[int]]:
     """Whether an output of ``size`` bytes that took ``seconds`` is stored, and which stored
     outputs (``{index: (seconds, bytes)}``) to discard for it: the cheapest per byte, and only
     those that it beats per byte by ``margin`` times or more. ``free``: the budget's bytes
-    left."""
+    left. ``extra``: when some must go, discard more of those it beats while the room left
+    after it stays within ``extra`` bytes (room for the next ones: a compaction serves many)."""
     if size <= free:
         return True, []
     density = seconds / max(size, 1)
     victims: list[int] = []
     for i, (s, b) in sorted(stored.items(), key=lambda kv: (kv[1][0] / max(kv[1][1], 1),
                                                            kv[0])):
-        if s / max(b, 1) * margin > density:
+        if s / max(b, 1) * margin > density or (size <= free and free + b - size > extra):
             break
         victims.append(i)
         free += b
-        if size <= free:
-            return True, victims
-    return False, []
+    return (True, victims) if size <= free else (False, [])
 
 
 class Budget:
-    """The budget of one process's writer: ``limit`` bytes on disk (``None``: no limit)."""
+    """The budget of one process's writer: ``limit`` bytes on disk (``None``: no limit).
+
+    ``floor``: the highest cost per byte evicted so far, times the margin: once outputs were
+    evicted, free room is given only to outputs that could have evicted them, never back to
+    outputs like them (which would only be evicted again, at the cost of another compaction)."""
 
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
         self.evicted = 0
         self.refused = 0
+        self.floor = 0.0
 
     def place(self, store: Any, size: int, seconds: float) -> bool:
         """Make room in ``store`` for a record of ``size`` bytes on disk that took ``seconds``
         (evicting this process's cheaper records and compacting its shards); whether it fits.
         Meant as ``store.put``'s ``admit``, under the store's lock."""
-        if self.limit is None:
+        limit = self.limit
+        if limit is None:
             return True
         size += ENTRY.itemsize  # (its entry in its shard's index)
+        density = seconds / size
         used = store.disk_bytes()
-        if used + size <= self.limit:
+        if used + size <= limit and density >= self.floor:
             return True
+        dead = store.dead_bytes()
         own = {i: (s, b + ENTRY.itemsize) for i, (s, b) in store.own_costs().items()}
-        ok, victims = admit(size, seconds, self.limit - used + store.dead_bytes(), own)
-        if not ok:
+        ok, victims = admit(size, seconds, limit - used + dead, own,
+                            extra=int(limit * EVICT_BATCH))
+        if not ok or (not victims and density < self.floor):
             self.refused += 1
             return False
-        store.evict(victims)
+        if victims:
+            self.floor = max(self.floor, REPLACE_MARGIN * max(own[i][0] / own[i][1]
+                                                              for i in victims))
+        store.evict(victims)  # (and compacts)
         self.evicted += len(victims)
-        if store.disk_bytes() + size <= self.limit:
+        if store.disk_bytes() + size <= limit:
             return True
         self.refused += 1  # (another process's shards grew meanwhile)
         return False
