@@ -22,6 +22,7 @@ from dataflow.base import DataFlow
 from dataflow.errors import DataFlowError, WorkerError
 from dataflow.policy import make_policy
 from dataflow.service import plan, protocol
+from dataflow.service.identity import identity_diff
 from dataflow.state import EpochCounter, check_state, mismatch
 from dataflow.validation import check_choice, check_seconds
 
@@ -43,13 +44,6 @@ PREFETCH_BYTES = 256 * 1024 * 1024
 
 class ServiceError(DataFlowError, ConnectionError):
     """The service cannot be reached, refused this consumer, or closed."""
-
-
-def identity_diff(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """What differs between two pipeline identities, ``key: old -> new`` (empty: the same)."""
-    keys = sorted(set(old) | set(new))
-    return "; ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys
-                     if old.get(k) != new.get(k))
 
 
 def _refuse_dataloader_workers() -> None:

@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import functools
-import hashlib
 import logging
 import os
 import sys
@@ -32,10 +30,11 @@ from dataflow import rng as _rng
 from dataflow.parallel._bootstrap import check_picklable, get_context
 from dataflow.parallel._lifecycle import register
 from dataflow.parallel.autotuning.budget import cpu_budget
-from dataflow.parallel.autotuning.controller import Controller, Measurement
-from dataflow.parallel.autotuning.stage import START_WINDOW, WINDOW, default_share
 from dataflow.service import protocol
+from dataflow.service.figures import recent_rate, sample
+from dataflow.service.identity import pipeline_identity
 from dataflow.service.pool import ProcessPool, WorkerSpec
+from dataflow.service.scaler import Scaler
 from dataflow.snapshot.source import positional
 from dataflow.validation import check_callable, check_choice, check_seconds
 
@@ -55,8 +54,6 @@ JOB_KEYS = ("ds", "map_func", "seed", "shuffle")
 DEFAULT_JOB = "default"
 #: seconds a consumer's last message counts as "reading now", for the world-size check
 LIVE = 2.0
-#: seconds of the recent rates of ``stats()`` (``rate_10s``, beside the lifetime ``rate``)
-RATE_WINDOW = 10.0
 #: seconds between two samples of the workers' item counts, for their recent rates
 SAMPLE_INTERVAL = 0.5
 #: inputs that ended a worker's process, remembered (the oldest forgotten first)
@@ -87,46 +84,8 @@ class _Pipeline:
         """What this pipeline's outputs depend on, as plain values: a consumer that finds
         another identity at its address (another service, or this one restarted with other
         arguments) stops instead of mixing the two pipelines' outputs."""
-        return {"seed": self.seed, "shuffle": self.shuffle, "n": len(self.source),
-                "map_func": callable_digest(self.map_func),
-                "source": f"{_qualname(type(self.ds))} of {len(self.source)}"}
-
-
-def _qualname(obj: Any) -> str:
-    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(type(obj)))}"
-
-
-def _code_digest(code: Any, h: Any) -> None:
-    h.update(code.co_code)
-    h.update(repr(code.co_names).encode())
-    for const in code.co_consts:
-        if hasattr(const, "co_code"):
-            _code_digest(const, h)
-        else:
-            h.update(repr(const).encode() if isinstance(
-                const, int | float | str | bytes | bool | tuple | type(None)) else b"?")
-
-
-def callable_digest(func: Any) -> str:
-    """A stable name of what ``func`` computes: its qualified name and a digest of its code
-    (the same in any process that imports the same source), through ``functools.partial``
-    and callable objects."""
-    h = hashlib.sha256()
-    parts: list[str] = []
-    while isinstance(func, functools.partial):
-        parts.append(f"partial({len(func.args)} args, {sorted(func.keywords)})")
-        h.update(repr([a for a in func.args if isinstance(a, int | float | str | bool)]).encode())
-        func = func.func
-    code = getattr(func, "__code__", None)
-    if code is None:  # (a callable object: its class and its __call__)
-        call = type(func).__dict__.get("__call__")
-        code = getattr(call, "__code__", None)
-        parts.append(_qualname(type(func)))
-    else:
-        parts.append(_qualname(func))
-    if code is not None:
-        _code_digest(code, h)
-    return f"{' '.join(reversed(parts))} #{h.hexdigest()[:16]}"
+        return pipeline_identity(self.ds, self.map_func, self.seed, self.shuffle,
+                                 len(self.source))
 
 
 def _check_seed(seed: Any, name: str) -> int:
@@ -135,89 +94,6 @@ def _check_seed(seed: Any, name: str) -> int:
         raise ValueError(f"`{name}` of a DataService must be an int: every consumer and "
                          "worker derives the same orders and random draws from it.")
     return checked
-
-
-def _sample(samples: collections.deque, now: float, count: float) -> None:
-    """Add ``(now, count)``; keep the samples of the last :data:`RATE_WINDOW` seconds and
-    the one just before them."""
-    samples.append((now, count))
-    while len(samples) > 2 and now - samples[1][0] >= RATE_WINDOW:
-        samples.popleft()
-
-
-def _recent_rate(samples: Any, now: float) -> float:
-    """Items per second over the last :data:`RATE_WINDOW` seconds (or since the first
-    sample): the count's growth over that time, nothing counted since its last sample."""
-    if not samples:
-        return 0.0
-    t0, c0 = samples[0]
-    for t, c in samples:
-        if now - t <= RATE_WINDOW:
-            break
-        t0, c0 = t, c
-    return round(max(0.0, samples[-1][1] - c0) / max(now - t0, 1e-9), 2)
-
-
-class _Scaler:
-    """``num_workers="auto"``: the autotune controller sizes the pool from the consumers'
-    waits (the share of their time spent waiting for outputs) and the pool's rate, one
-    window at a time, within the CPU budget it shares with the autotuned stages of this
-    process. A window in which no consumer received anything decides nothing."""
-
-    def __init__(self, pool: Any, maximum: int) -> None:
-        # (a Ray pool's budget is its cluster's CPUs, not this process's)
-        self.pool, self.share = pool, getattr(pool, "share", None) or default_share()
-        self.controller = Controller(1, maximum, 1)
-        self.controller.skip_window()
-        self.share.claim(self, 1, 1.0)
-        self._t = time.monotonic()
-        self._items: dict[tuple[int, int], float] = {}
-        self._consumers: dict[bytes, tuple[float, float, int]] = {}
-
-    def due(self, now: float) -> bool:
-        return now - self._t >= (START_WINDOW * 5 if self.controller.starting else WINDOW)
-
-    def step(self, now: float, consumers: dict[bytes, dict[str, Any]]) -> None:
-        dt, self._t = now - self._t, now
-        items = 0.0
-        seen: dict[tuple[int, int], float] = {}
-        workers = self.pool.workers()
-        for w in workers:
-            key = (w.wid, w.generation)
-            seen[key] = w.figures()[1]
-            items += seen[key] - self._items.get(key, 0.0)
-        self._items = seen
-        starting = any(w.address is None for w in workers)
-        waited = spent = 0.0
-        received = 0
-        for ident, info in consumers.items():
-            cur = (float(info.get("waited", 0.0)), float(info.get("elapsed", 0.0)),
-                   int(info.get("received", 0)))
-            before = self._consumers.get(ident)
-            self._consumers[ident] = cur
-            if before is None or cur[1] <= before[1]:
-                continue
-            waited += cur[0] - before[0]
-            spent += cur[1] - before[1]
-            received += cur[2] - before[2]
-        ctl = self.controller
-        if received <= 0 or spent <= 0 or starting:
-            # (nobody read: no demand to measure; or a worker is still starting: a window
-            # without it would misread what the count gives)
-            return
-        m = Measurement(len(self.pool.workers()), items / max(dt, 1e-9),
-                        min(1.0, max(0.0, waited / spent)))
-        ctl.maximum = self.share.maximum(self, 1.0)
-        old = ctl.workers
-        new = ctl.step(m)
-        if new != old:
-            logger.info("DataService: %d -> %d workers: %s", old, new,
-                        ctl.decisions[-1].reason)
-            self.pool.resize(new)
-            self.share.claim(self, new, 1.0)
-
-    def close(self) -> None:
-        self.share.release(self)
 
 
 class DataService:
@@ -309,7 +185,7 @@ class DataService:
         self.instance = protocol.new_instance()
         self._lock = threading.Lock()
         self._pool: Any = None
-        self._scaler: _Scaler | None = None
+        self._scaler: Scaler | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -388,7 +264,7 @@ class DataService:
             maximum = cpu_budget().cores
         self._pool.resize(self.num_workers)
         if self.auto:
-            self._scaler = _Scaler(self._pool, maximum)
+            self._scaler = Scaler(self._pool, maximum)
         self._thread = threading.Thread(target=self._serve, name="dataflow-service",
                                         daemon=True)
         self._thread.start()
@@ -588,7 +464,7 @@ class DataService:
             info = self._consumers.setdefault(ident, {"since": now})
             info.update({k: v for k, v in msg.items() if k not in ("op", "token")})
             info["seen"] = now
-            _sample(info.setdefault("rates", collections.deque()), now,
+            sample(info.setdefault("rates", collections.deque()), now,
                     int(msg.get("received", 0)))
             return None
         if op == "bye":
@@ -654,7 +530,7 @@ class DataService:
             for w in self._workers_now():
                 key = (w.wid, w.generation)
                 seen.add(key)
-                _sample(self._samples.setdefault(key, collections.deque()), now,
+                sample(self._samples.setdefault(key, collections.deque()), now,
                         w.figures()[1])
             for key in set(self._samples) - seen:
                 del self._samples[key]
@@ -684,7 +560,7 @@ class DataService:
                             "busy": round(min(1.0, busy / alive), 4), "items": int(items),
                             "items_per_second": round(items / alive, 2),
                             "rate": round(items / alive, 2),
-                            "rate_10s": _recent_rate(
+                            "rate_10s": recent_rate(
                                 [*self._samples.get((w.wid, w.generation), ()), (now, items)],
                                 now),
                             "bytes_out": int(out_bytes), "dropped": int(dropped),
@@ -700,7 +576,7 @@ class DataService:
                               "wait": round(min(1.0, float(info.get("waited", 0.0)) / span), 4),
                               "items_per_second": round(int(info.get("received", 0)) / span, 2),
                               "rate": round(int(info.get("received", 0)) / span, 2),
-                              "rate_10s": _recent_rate(info.get("rates", ()), now),
+                              "rate_10s": recent_rate(info.get("rates", ()), now),
                               "skipped": int(info.get("skipped", 0)),
                               "bytes_in": int(info.get("bytes", 0)),
                               "in_flight": int(info.get("in_flight", 0)),
