@@ -28,7 +28,8 @@ from dataflow.errors import CorruptFileError
 from dataflow.serialize._atomic_write import atomic_output
 from dataflow.streaming.tar import iter_members, split_key
 
-__all__ = ["INDEX_SUFFIX", "ShardIndex", "build_index", "index_url", "read_index", "write_index"]
+__all__ = ["INDEX_SUFFIX", "ShardIndex", "build_index", "index_url", "member_field", "read_index",
+           "truncated_error", "write_index"]
 
 INDEX_SUFFIX = ".idx.json"
 _FORMAT = "dataflow.tar-index"
@@ -38,6 +39,25 @@ _VERSION = 1
 def index_url(url: str) -> str:
     """Where the index of shard ``url`` lives."""
     return url + INDEX_SUFFIX
+
+
+def member_field(name: str, key0: str, url: str, offset: int) -> str:
+    """The field of member ``name`` of sample ``key0``; a member of another key means the
+    index no longer describes the shard."""
+    key, field = split_key(name)
+    if key != key0:
+        raise CorruptFileError(
+            f"tar shard {url}: member {name!r} at byte {offset} is not part of sample "
+            f"{key0!r} that its index puts there; the index is stale: rebuild it "
+            "(python -m dataflow index-shards)."
+        )
+    return field
+
+
+def truncated_error(url: str, key: str, end: int) -> CorruptFileError:
+    """The error for shard ``url`` ending before the end (byte ``end``) of sample ``key``."""
+    return CorruptFileError(f"tar shard {url} ended before the end of sample {key!r} "
+                            f"(byte {end}): truncated")
 
 
 @dataclass

@@ -51,34 +51,21 @@ from dataflow.policy import make_policy
 from dataflow.sharding import SKIPPED
 from dataflow.state import check_state
 from dataflow.streaming.decoders import make_decoder
-from dataflow.streaming.index import ShardIndex, build_index, index_url
+from dataflow.streaming.index import (
+    ShardIndex,
+    build_index,
+    index_url,
+    member_field,
+    truncated_error,
+)
 from dataflow.streaming.plan import EpochPlan
-from dataflow.streaming.tar import ByteReader, iter_members, split_key
+from dataflow.streaming.tar import ByteReader, iter_members
 from dataflow.streaming.urls import LOCAL, scheme_of, strip_file_scheme
 
 __all__ = ["StreamingShards", "world_from_env"]
 
 _GAP = 256 << 10  # samples of a shard closer than this are read as one range
 _STATE_TYPE = "StreamingShards"
-
-
-def _field_of(name: str, key0: str, url: str, offset: int) -> str:
-    """The field of member ``name`` of sample ``key0``; a member of another key means the
-    index no longer describes the shard."""
-    key, field = split_key(name)
-    if key != key0:
-        raise CorruptFileError(
-            f"tar shard {url}: member {name!r} at byte {offset} is not part of sample "
-            f"{key0!r} that its index puts there; the index is stale: rebuild it "
-            "(python -m dataflow index-shards)."
-        )
-    return field
-
-
-def _truncated(url: str, key: str, end: int) -> CorruptFileError:
-    """The error for shard ``url`` ending before the end (byte ``end``) of sample ``key``."""
-    return CorruptFileError(f"tar shard {url} ended before the end of sample {key!r} "
-                            f"(byte {end}): truncated")
 
 
 def _count(n: int, noun: str) -> str:
@@ -373,14 +360,14 @@ class StreamingShards(DataFlow):
                         continue
                     sample: dict[str, Any] = {"__key__": key0, "__url__": url}
                     for m in iter_members(reader, url, lo, hi):
-                        sample[_field_of(m.name, key0, url, m.header_offset)] = m.data
+                        sample[member_field(m.name, key0, url, m.header_offset)] = m.data
                         pos = m.end
                     if pos < hi:
                         break
                     yield k, sample
                     k += 1
             if k <= last:
-                raise _truncated(url, idx[k][0], idx[k][2])
+                raise truncated_error(url, idx[k][0], idx[k][2])
         except (CorruptFileError, OSError) as e:
             if self._policy is None:
                 raise self._read_error(e, s, k, pos) from e
@@ -404,10 +391,10 @@ class StreamingShards(DataFlow):
             self._local_bytes += len(data)
             sample: dict[str, Any] = {"__key__": key0, "__url__": url}
             for m in iter_members(ByteReader.of_bytes(data), url, lo, hi):
-                sample[_field_of(m.name, key0, url, m.header_offset)] = m.data
+                sample[member_field(m.name, key0, url, m.header_offset)] = m.data
                 pos = m.end
             if pos < hi:
-                raise _truncated(url, key0, hi)
+                raise truncated_error(url, key0, hi)
             return sample
         except (CorruptFileError, OSError) as e:
             if self._policy is None:
