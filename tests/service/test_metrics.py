@@ -1,6 +1,6 @@
 """The service's figures in the Prometheus text format: the exact text for a fixed stats dict,
-its validity under a strict line grammar (and prometheus_client's parser where it is
-installed), and the loopback port that serves it, read over real HTTP."""
+its validity under a strict line grammar and prometheus_client's parser, and the loopback port
+that serves it, read over real HTTP."""
 
 from __future__ import annotations
 
@@ -228,7 +228,8 @@ def test_stats_that_is_not_a_dict_is_refused():
 
 
 def test_prometheus_clients_parser_reads_every_family():
-    parser = pytest.importorskip("prometheus_client.parser")
+    from prometheus_client import parser  # (in the test dependency group: never skipped)
+
     families = {f.name: f for f in parser.text_string_to_metric_families(EXPECTED)}
     # the parser names a counter's family without its _total
     assert families["dataflow_service_restarts"].type == "counter"
