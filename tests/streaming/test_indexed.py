@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import pickle
 
-import numpy as np
 import pytest
 
 from dataflow.errors import CorruptFileError
@@ -115,6 +114,15 @@ def test_a_snapshot_over_it_gives_what_iterating_it_gives(shards, tmp_path):
     finally:
         snap.close()
         ds.close()
+    raw = SnapshotData(TarShardData(shards), tmp_path / "raw")  # the samples themselves
+    raw.reset_state()
+    ds.reset_state()
+    try:
+        assert list(raw) == list(ds) and list(raw) == list(ds)
+        assert raw.stats()["hits"] == 11 and _plain(list(raw)[10]) == _want(11)[10]
+    finally:
+        raw.close()
+        ds.close()
 
 
 def test_a_data_service_over_it_serves_an_exact_epoch(shards):
@@ -127,4 +135,11 @@ def test_a_data_service_over_it_serves_an_exact_epoch(shards):
         finally:
             client.close()
     assert got == [[i, f"s{i:05d}"] for i in range(11)]
-    assert np.array_equal(np.sort([g[0] for g in got]), np.arange(11))
+    with DataService(ds, _label, num_workers=2, seed=5, shuffle=True) as svc:
+        client = ServiceData(svc.address, rank=0, world_size=1, timeout=30)
+        client.reset_state()
+        try:
+            shuffled = list(client)
+        finally:
+            client.close()
+    assert shuffled != got and sorted(shuffled) == got  # each sample once, in another order
