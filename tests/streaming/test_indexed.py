@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import pickle
 
+import numpy as np
 import pytest
 
+import dataflow as df
 from dataflow.errors import CorruptFileError
 from dataflow.service import DataService, ServiceData
 from dataflow.snapshot import SnapshotData
@@ -123,6 +125,33 @@ def test_a_snapshot_over_it_gives_what_iterating_it_gives(shards, tmp_path):
     finally:
         raw.close()
         ds.close()
+
+
+def _shuffle_label(dp):
+    return [dp[0], dp[1], np.random.randint(1000)]
+
+
+def test_dataflow_snapshot_cuts_a_chain_over_it(shards, tmp_path):
+    def chain():
+        return df.MapData(df.MapData(TarShardData(shards), _label), _shuffle_label)
+
+    df.set_seed(4)
+    try:
+        want = [dp[:2] for dp in _epoch(chain())]
+        flow = df.snapshot(chain(), tmp_path)
+        assert flow.ds.cut.stored == ["TarShardData", "MapData(tests.streaming.test_indexed."
+                                      "_label)"]
+        assert [dp[:2] for dp in _epoch(flow)] == want == [[i, f"s{i:05d}"] for i in range(11)]
+    finally:
+        df.set_seed(None)
+
+
+def _epoch(flow):
+    flow.reset_state()
+    try:
+        return list(flow)
+    finally:
+        flow.close()
 
 
 def test_a_data_service_over_it_serves_an_exact_epoch(shards):

@@ -120,9 +120,10 @@ def snapshot(ds: DataFlow, path: str | os.PathLike[str], **kwargs: Any) -> DataF
     if not reads_in_place(source):
         raise ValueError(
             f"dataflow.snapshot: the source {public_name(source)} is not read by position (a "
-            "list, DataFromList, an LMDB, Numpy or HDF5 flow, a dataset loader, a "
-            "SnapshotData): a snapshot keys its outputs by position. Build the chain on such a "
-            "source, or use SnapshotData(ds, path, map_func=...) on a flow with a len().")
+            "list, DataFromList, an LMDB, Numpy or HDF5 flow, a dataset loader, indexed tar "
+            "shards (TarShardData), a SnapshotData): a snapshot keys its outputs by position. "
+            "Build the chain on such a source, or use SnapshotData(ds, path, map_func=...) on "
+            "a flow with a len().")
     shuffled = bool(getattr(source, "shuffle", False) or getattr(source, "_shuffle", False))
     if shuffled and not isinstance(source, DataFromList):
         raise ValueError(
