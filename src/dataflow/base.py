@@ -14,6 +14,8 @@ a ``dict``. The contract, kept from tensorpack:
   ``TypeError`` so that ``list(df)`` still works. It is accurate only where the docstring says so.
 * ``close()`` releases what the flow started (workers, sockets, handles); it is idempotent and
   cascades to the flows it wraps. Every flow is a context manager that closes on exit.
+* ``children()`` lists the flows a flow iterates; ``replace_child(old, new)`` makes it read
+  ``new`` in the place of one of them (before ``reset_state()``), wherever it holds it.
 
 The legacy names ``get_data()`` and ``size()`` keep working, both for calling and for defining:
 a subclass that only defines ``get_data``/``size`` gets ``__iter__``/``__len__`` from them.
