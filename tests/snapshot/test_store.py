@@ -285,9 +285,10 @@ def test_threads_put_and_get_at_once(tmp_path):
 
 
 class StoresOfOneSnapshot(RuleBasedStateMachine):
-    """Three stores of one root (as three processes would be): whatever they put, discard, drop,
-    refresh and reopen (sealing their shards), a store that has refreshed holds exactly the
-    indices that have a live record on disk, and every read gives the right value."""
+    """Three stores of one root (as three processes would be): whatever they put, discard, evict
+    (compacting their shards), drop, refresh and reopen (sealing their shards), a store that
+    has refreshed holds exactly the indices that have a live record on disk, and every read
+    gives the right value."""
 
     N = 6
 
@@ -302,6 +303,11 @@ class StoresOfOneSnapshot(RuleBasedStateMachine):
     @staticmethod
     def value(i):
         return [np.full(i + 1, i, np.int8), i]
+
+    def a_copy(self, where):
+        """Whether a record a store now indexes is live, or in a shard that another store
+        deleted (by drop or compaction), which it forgets when it refreshes or reads it."""
+        return where in self.alive or not os.path.exists(os.path.join(self.root, where[0]))
 
     @rule(w=st.integers(0, 2), i=st.integers(0, N - 1))
     def put(self, w, i):
@@ -318,7 +324,24 @@ class StoresOfOneSnapshot(RuleBasedStateMachine):
         if store.has(i):
             self.alive.pop(store._loc.where(i), None)
         store.discard(i)
-        assert not store.has(i) or store._loc.where(i) in self.alive  # another copy
+        assert not store.has(i) or self.a_copy(store._loc.where(i))
+
+    @rule(w=st.integers(0, 2), data=st.data())
+    def evict(self, w, data):  # a budget's eviction: the store's own shards are compacted
+        store = self.stores[w]
+        own = sorted(store.own_costs())
+        if not own:
+            return
+        i = data.draw(st.sampled_from(own))
+        self.alive.pop(store._loc.where(i), None)
+        before = set(os.listdir(self.root))
+        store.evict([i])
+        gone = before - set(os.listdir(self.root))
+        self.alive = {k: v for k, v in self.alive.items() if k[0] not in gone}
+        for j in store.own_costs():  # moved to the new shards
+            self.alive[store._loc.where(j)] = j
+        assert not store.has(i) or self.a_copy(store._loc.where(i))
+        assert store.dead_bytes() == 0
 
     @rule(w=st.integers(0, 2))
     def drop(self, w):

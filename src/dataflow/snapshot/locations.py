@@ -87,6 +87,11 @@ class Locations:
         elif (int(self.sid[i]), int(self.off[i])) != (sid, off):
             self.alt.setdefault(i, []).append((sid, off, size, cost))
 
+    def has_copy(self, i: int) -> bool:
+        """Whether another writer's copy of the record of ``i`` would take its place."""
+        return any(self.names[sid] is not None and (self.names[sid], off) not in self.dead
+                   for sid, off, _, _ in self.alt.get(i, ()))
+
     def where(self, i: int) -> tuple[str, int]:
         """(shard name, offset) of the record indexed at ``i``."""
         name = self.names[int(self.sid[i])]

@@ -241,6 +241,8 @@ class SnapshotStore:
         :meth:`own_costs`) and :meth:`compact`: the bytes freed on disk. Other processes find
         the records gone when they refresh (the shard that held them is replaced)."""
         with self._guard():
+            if self._closed:
+                raise self._closed_error()
             loc = self._loc
             for i in indices:
                 if loc.sid[i] < 0 or int(loc.sid[i]) not in self._mine:
@@ -256,6 +258,7 @@ class SnapshotStore:
         with self._guard():
             if self._closed:
                 raise self._closed_error()
+            self.refresh()  # (tombstones other processes wrote for records copied here)
             before = self.disk_bytes()
             for sid in [sid for sid in self._mine if self._dead_in(sid) > 0]:
                 self._compact(sid)
@@ -530,15 +533,16 @@ class SnapshotStore:
                 + ENTRY.itemsize * (shard.count - loc.live_n[sid] - len(tombs)))
 
     def _compact(self, sid: int) -> None:
-        """Copy the live records (and the tombstones of records in other shards still there)
-        of own shard ``sid`` into a new shard, which replaces it."""
+        """Copy the live records (but those another writer stored too) and the tombstones of
+        records in other shards still there, of own shard ``sid`` into a new shard, which
+        replaces it."""
         old = self._shards[sid]
         assert old is not None
         loc = self._loc
         idx = np.flatnonzero(loc.sid == sid)
         keep: list[tuple[int, int, int, float, int, bool]] = [
             (int(i), int(loc.off[i]), int(loc.rsize[i]), float(loc.cost[i]), KIND_RECORD,
-             bool(loc.checked[i])) for i in idx]
+             bool(loc.checked[i])) for i in idx.tolist() if not loc.has_copy(i)]  # (no copies)
         for i, off, size in self._tombs.get(sid, []):
             target = old.tombstone_target(off)
             if target is not None and target[0] != old.name and target[0] in loc.by_name:
