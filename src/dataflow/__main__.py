@@ -195,8 +195,8 @@ def _service_cmd(args: argparse.Namespace) -> int:
     token = protocol.resolve_token(args.token)
     try:
         host = protocol.host_of(args.address)
-        curve = protocol.check_curve(True if args.curve else None, host, token,
-                                     "service status")
+        server_key = protocol.curve_setting(args.curve, host, token, "service status",
+                                            server=False)
     except ValueError as e:
         raise UsageError(str(e).replace("`address`", "ADDRESS").replace(
             "token='...'", "--token")) from None
@@ -204,8 +204,8 @@ def _service_cmd(args: argparse.Namespace) -> int:
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     try:
-        if curve:
-            protocol.curve_client(sock, token)
+        if server_key is not None:
+            protocol.curve_client(sock, server_key)
         sock.connect(args.address)
         sock.send(protocol.encode({"op": "stats", "token": token}))
         if not sock.poll(int(args.timeout * 1000)):
@@ -340,9 +340,10 @@ def build_parser() -> argparse.ArgumentParser:
     service.add_argument("--json", action="store_true", help="print JSON instead of text")
     service.add_argument("--prometheus", action="store_true",
                          help="print the Prometheus text format instead of text")
-    service.add_argument("--curve", action="store_true",
+    service.add_argument("--curve", nargs="?", const=True, default=None, metavar="KEY_FILE",
                          help="encrypt with CURVE on loopback too (a service started with "
-                              "curve=True; beyond loopback it is always on)")
+                              "curve=True; beyond loopback it is always on), or with the "
+                              "service's public certificate file")
     service.add_argument("--timeout", type=float, default=5.0, help="seconds to wait (default 5)")
     service.add_argument("--token", default=None,
                          help="the service's shared secret (default: DATAFLOW_SERVICE_TOKEN)")

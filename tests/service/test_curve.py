@@ -60,3 +60,26 @@ def test_curve_is_required_beyond_loopback_and_needs_a_token():
     svc.close()
     public, secret = protocol.curve_keys("t")
     assert (public, secret) == protocol.curve_keys("t") and public != protocol.curve_keys("u")[0]
+
+
+def test_curve_keys_from_certificate_files(tmp_path):
+    import zmq.auth
+
+    public, secret = zmq.auth.create_certificates(str(tmp_path), "service")
+    with pytest.raises(ValueError, match=r"DataService: `curve` .*service.key' holds no "
+                       r"secret key: a service needs its '.key_secret' file"):
+        DataService(pipelines.source(3), pipelines.tag, curve=public)
+    with pytest.raises(ValueError, match=r"ServiceData: `curve` 'nowhere.key' is not a "
+                       r"readable ZeroMQ certificate file"):
+        ServiceData("tcp://127.0.0.1:1", curve="nowhere.key")
+    with DataService(pipelines.source(12), pipelines.tag, num_workers=1, seed=5,
+                     shuffle=False, curve=secret) as svc:
+        c = ServiceData(svc.address, rank=0, world_size=1, curve=public, timeout=20)
+        c.reset_state()
+        assert [dp[0] for dp in c] == list(range(12))
+        c.close()
+        status = subprocess.run([sys.executable, "-m", "dataflow", "service", "status",
+                                 svc.address, "--json", "--curve", public], cwd=ROOT,
+                                capture_output=True, text=True, timeout=60, check=False)
+    assert status.returncode == 0, status.stderr
+    assert '"datapoints": 12' in status.stdout

@@ -87,7 +87,8 @@ class ServiceData(EpochCounter, DataFlow):
     a map call stuck forever ends in this error; give more than the slowest map call).
     ``token``: the service's shared secret (default: ``DATAFLOW_SERVICE_TOKEN``); ``curve``:
     encrypt with ZeroMQ CURVE, keys derived from the token (None: beyond loopback only, as
-    the service; True for a loopback service started with ``curve=True``).
+    the service; True for a loopback service started with ``curve=True``), or the path of the
+    service's public certificate file (``.key``) when it was started with its secret one.
     ``prefetch``: outputs asked for ahead of the one yielded; ``prefetch_bytes``: at most
     about that many bytes of outputs asked for or received ahead (the size of an output is
     learnt from those received; at least one output is always asked for).
@@ -107,7 +108,8 @@ class ServiceData(EpochCounter, DataFlow):
                  job: str = "default", partial: str = "drop", timeout: float = 30.0,
                  token: str | None = None, prefetch: int = 64,
                  prefetch_bytes: int = PREFETCH_BYTES, on_error: str = "raise",
-                 max_errors: int | float | None = None, curve: bool | None = None) -> None:
+                 max_errors: int | float | None = None, curve: bool | str | None = None
+                 ) -> None:
         host = protocol.host_of(address)  # (validated now)
         self.address = address
         self._rank_arg, self._world_arg = rank, world_size
@@ -117,7 +119,9 @@ class ServiceData(EpochCounter, DataFlow):
         self.partial = check_choice("partial", partial, plan.PARTIAL_POLICIES)
         self.timeout = check_seconds(timeout, "timeout")
         self.token = protocol.resolve_token(token)
-        self.curve = protocol.check_curve(curve, host, self.token, "ServiceData")
+        self._server_key = protocol.curve_setting(curve, host, self.token, "ServiceData",
+                                                  server=False)
+        self.curve = self._server_key is not None
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
             raise ValueError(f"`prefetch` must be a positive int, got {prefetch!r}.")
         self.prefetch = prefetch
@@ -178,8 +182,8 @@ class ServiceData(EpochCounter, DataFlow):
         if self._ctl is None:
             self._ctl = self._ctx.socket(zmq.DEALER)
             self._ctl.setsockopt(zmq.LINGER, 0)
-            if self.curve:
-                protocol.curve_client(self._ctl, self.token)
+            if self._server_key is not None:
+                protocol.curve_client(self._ctl, self._server_key)
             self._ctl.connect(self.address)
         self._send_ctl({"op": "hello"})
         self._config = self._await_config(self.timeout, first=True)
@@ -245,8 +249,8 @@ class ServiceData(EpochCounter, DataFlow):
             if addr not in self._socks:
                 sock = self._ctx.socket(zmq.DEALER)
                 sock.setsockopt(zmq.LINGER, 0)
-                if self.curve:
-                    protocol.curve_client(sock, self.token)
+                if self._server_key is not None:
+                    protocol.curve_client(sock, self._server_key)
                 sock.connect(addr)
                 self._socks[addr] = sock
         return live

@@ -48,12 +48,12 @@ class WorkerSpec:
     """What every worker of a service is started with: ``pipelines`` maps a job name
     (``""``: the default pipeline) to ``(source, map_func, inputs)``; workers listen on
     ``host`` (``ipc://@<name>`` for an abstract Unix socket) and check ``token``; with
-    ``curve``, their sockets encrypt (ZeroMQ CURVE, the key derived from the token)."""
+    ``curve`` (a key pair), their sockets encrypt (ZeroMQ CURVE)."""
 
     pipelines: dict[str, tuple[Any, Any, tuple[int, tuple[int, ...]]]]
     host: str
     token: str
-    curve: bool = False
+    curve: tuple[bytes, bytes] | None = None  # (the CURVE key pair of their sockets)
 
 
 def process_cpu_ticks(pid: int) -> int | None:

@@ -43,8 +43,8 @@ from urllib.parse import urlparse
 
 from dataflow.parallel.remote import dumps_msgpack, loads_msgpack
 
-__all__ = ["OPS", "TOKEN_ENV", "Invalid", "check", "check_curve", "curve_client",
-           "curve_keys", "curve_server", "decode", "encode", "host_of", "is_loopback",
+__all__ = ["OPS", "TOKEN_ENV", "Invalid", "check", "curve_client", "curve_keys",
+           "curve_server", "curve_setting", "decode", "encode", "host_of", "is_loopback",
            "new_instance", "token_ok"]
 
 #: the environment variable that holds the shared secret when ``token=`` is not given
@@ -327,40 +327,64 @@ def curve_keys(token: str) -> tuple[bytes, bytes]:
     return zmq.curve_public(secret), secret
 
 
-def curve_server(sock: Any, token: str) -> None:
-    """Make ``sock`` (a service's ROUTER, before it binds) a CURVE server of ``token``'s key."""
-    public, secret = curve_keys(token)
-    sock.curve_publickey, sock.curve_secretkey = public, secret
+def curve_server(sock: Any, keys: tuple[bytes, bytes]) -> None:
+    """Make ``sock`` (a service's ROUTER, before it binds) a CURVE server of ``keys``
+    (public, secret)."""
+    sock.curve_publickey, sock.curve_secretkey = keys
     sock.curve_server = True
 
 
-def curve_client(sock: Any, token: str) -> None:
+def curve_client(sock: Any, server_key: bytes) -> None:
     """Make ``sock`` (a consumer's DEALER, before it connects) a CURVE client of the service
-    of ``token`` (its own key pair is a fresh one: consumers authenticate by the token that
-    each message carries, encrypted)."""
+    whose public key is ``server_key`` (its own key pair is a fresh one: consumers
+    authenticate by the token that each message carries, encrypted)."""
     import zmq
 
     public, secret = zmq.curve_keypair()
-    sock.curve_serverkey = curve_keys(token)[0]
+    sock.curve_serverkey = server_key
     sock.curve_publickey, sock.curve_secretkey = public, secret
 
 
-def check_curve(curve: Any, host: str, token: str, who: str) -> bool:
-    """Whether a socket of ``who`` at ``host`` uses CURVE: ``curve`` None means beyond
-    loopback only; CURVE needs a token; beyond loopback it cannot be turned off."""
-    if curve is not None and not isinstance(curve, bool):
-        raise ValueError(f"`curve` must be None (on beyond loopback), True or False, got "
-                         f"{curve!r}.")
+def _certificate(path: str, who: str, secret: bool) -> tuple[bytes, bytes | None]:
+    import zmq.auth
+
+    try:
+        public, key = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{who}: `curve` {path!r} is not a readable ZeroMQ certificate file "
+                         f"({e}); make one with zmq.auth.create_certificates(folder, name), "
+                         "or pass curve=True to derive the keys from the token.") from e
+    if secret and key is None:
+        raise ValueError(f"{who}: `curve` {path!r} holds no secret key: a service needs its "
+                         "'.key_secret' file (consumers take the public '.key' one).")
+    return public, key
+
+
+def curve_setting(curve: Any, host: str, token: str, who: str, server: bool) -> Any:
+    """What a socket of ``who`` at ``host`` does for CURVE: None (off), the service's key
+    pair (``server``), or the service's public key (a consumer). ``curve``: None (on beyond
+    loopback only), True (keys derived from ``token``), False (off: refused beyond loopback),
+    or the path of a ZeroMQ certificate file (``zmq.auth.create_certificates``: the service
+    takes its ``.key_secret`` file, a consumer the public ``.key`` one)."""
+    if curve is not None and not isinstance(curve, bool | str):
+        raise ValueError(f"`curve` must be None (on beyond loopback), True, False or the path "
+                         f"of a ZeroMQ certificate file, got {curve!r}.")
     loopback = is_loopback(host)
     if curve is False and not loopback:
         raise ValueError(f"{who}: `curve=False` at {host!r}, which is not a loopback address: "
                          "beyond loopback the messages and the samples are encrypted (ZeroMQ "
                          "CURVE, keys derived from the token). Leave curve=None.")
-    on = (not loopback) if curve is None else curve
-    if on and not token:
+    if isinstance(curve, str):
+        public, secret = _certificate(curve, who, server)
+        return (public, secret) if server else public
+    if not ((not loopback) if curve is None else curve):
+        return None
+    if not token:
         raise ValueError(f"{who}: CURVE encryption needs a shared secret to derive its keys "
-                         f"from: pass token='...' (or set {TOKEN_ENV}).")
-    return on
+                         f"from: pass token='...' (or set {TOKEN_ENV}), or curve='<path of a "
+                         "ZeroMQ certificate file>'.")
+    keys = curve_keys(token)
+    return keys if server else keys[0]
 
 
 def resolve_token(token: str | None) -> str:

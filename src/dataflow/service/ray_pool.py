@@ -95,7 +95,7 @@ class _WorkerActor:
     ``stop()``; ``where()`` and ``figures()`` answer from other threads meanwhile."""
 
     def __init__(self, worker_id: int, pipelines: dict[str, tuple], host: str, token: str,
-                 global_seed: int | None, curve: bool = False) -> None:
+                 global_seed: int | None, curve: tuple[bytes, bytes] | None = None) -> None:
         self.worker_id, self.pipelines, self.host, self.token = worker_id, pipelines, host, token
         self.curve = curve
         self.global_seed = global_seed
@@ -117,7 +117,7 @@ class _WorkerActor:
             host = self.host
             if not protocol.is_loopback(host):
                 host = _ray().util.get_node_ip_address()
-            sock, self.address = bind(host, self.token if self.curve else None)
+            sock, self.address = bind(host, self.curve)
         except BaseException as e:
             self.error = f"{type(e).__name__}: {e}"
             raise
@@ -186,7 +186,7 @@ def _arguments(service: Any) -> dict[str, Any]:
             "num_workers": "auto" if service.auto else service.num_workers,
             "backend": "ray", "address": service._requested, "seed": service.seed,
             "shuffle": service.shuffle, "token": service.token, "jobs": jobs or None,
-            "worker_timeout": service.worker_timeout, "curve": service.curve}
+            "worker_timeout": service.worker_timeout, "curve": service._curve_arg}
 
 
 class RemoteService:

@@ -117,7 +117,9 @@ class DataService:
     :attr:`address` after :meth:`start`). Any other host needs a shared secret, ``token=`` or
     the ``DATAFLOW_SERVICE_TOKEN`` environment variable, that every consumer presents, and
     the dispatcher's and the workers' sockets encrypt with ZeroMQ CURVE, their key derived
-    from the token (``curve``: None, on beyond loopback only; True also on loopback).
+    from the token (``curve``: None, on beyond loopback only; True also on loopback; or the
+    path of a ZeroMQ certificate's ``.key_secret`` file, from
+    ``zmq.auth.create_certificates``, whose public ``.key`` file the consumers take).
     ``metrics_port``: ``stats()`` in the Prometheus text format at
     ``http://127.0.0.1:<port>/metrics`` (0: a free port, :attr:`metrics` ``.url``).
     ``backend="process"`` runs the workers as local processes, ``"ray"`` as Ray actors on a
@@ -139,7 +141,7 @@ class DataService:
                  shuffle: bool = True, token: str | None = None,
                  start_method: str | None = None, jobs: dict[str, dict[str, Any]] | None = None,
                  ray_address: str | None = None, worker_timeout: float | None = 10.0,
-                 metrics_port: int | None = None, curve: bool | None = None) -> None:
+                 metrics_port: int | None = None, curve: bool | str | None = None) -> None:
         from dataflow.parallel.autotuning.stage import check_count, is_auto
 
         self.ds = ds
@@ -217,7 +219,9 @@ class DataService:
                 f"DataService: `address` {address!r} is not a loopback address, so consumers "
                 "from the network could connect: give a shared secret, token='...' (or the "
                 f"{protocol.TOKEN_ENV} environment variable), that every ServiceData presents.")
-        self.curve = protocol.check_curve(self._curve_arg, host, self.token, "DataService")
+        self._curve_keys = protocol.curve_setting(self._curve_arg, host, self.token,
+                                                  "DataService", server=True)
+        self.curve = self._curve_keys is not None
         self.host, self._requested = host, address
 
     @property
@@ -253,7 +257,7 @@ class DataService:
                     check_picklable(p.source, f"{where}['ds']" if name else "ds", method)
         spec = WorkerSpec({name: (p.source, p.map_func, p.inputs)
                            for name, p in self._pipelines.items()},
-                          self._worker_host(), self.token, self.curve)
+                          self._worker_host(), self.token, self._curve_keys)
         if self.backend == "ray":
             from dataflow.service.ray_pool import RayPool
 
@@ -362,8 +366,8 @@ class DataService:
         ctx: Any = zmq.Context.instance()
         sock = ctx.socket(zmq.ROUTER)
         sock.setsockopt(zmq.LINGER, 0)
-        if self.curve:
-            protocol.curve_server(sock, self.token)
+        if self._curve_keys is not None:
+            protocol.curve_server(sock, self._curve_keys)
         try:
             if self._requested.rsplit(":", 1)[-1] == "0":
                 port = sock.bind_to_random_port(f"tcp://{self.host}")

@@ -52,17 +52,17 @@ TURN_SECONDS = 0.5
 TURN = 4
 
 
-def bind(host: str, curve_token: str | None = None) -> tuple[Any, str]:
+def bind(host: str, curve: tuple[bytes, bytes] | None = None) -> tuple[Any, str]:
     """A ROUTER socket listening on ``host`` (``ipc://@name``: an abstract Unix socket,
     made unique by this process's id and a counter), and its address; a CURVE server of the
-    key of ``curve_token`` when given."""
+    key pair ``curve`` when given."""
     import zmq
 
     sock: Any = zmq.Context.instance().socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-    if curve_token is not None:
-        protocol.curve_server(sock, curve_token)
+    if curve is not None:
+        protocol.curve_server(sock, curve)
     if host.startswith("ipc://"):
         address = f"{host}-{os.getpid()}-{next(_names)}"
         sock.bind(address)
@@ -75,12 +75,13 @@ _names = iter(range(1 << 62))
 
 
 def worker_main(worker_id: int, parent: tuple, pipelines: dict[str, tuple], host: str,
-                token: str, report: Any, counters: Any, curve: bool = False) -> None:
+                token: str, report: Any, counters: Any,
+                curve: tuple[bytes, bytes] | None = None) -> None:
     """A worker process: serve until the service stops (it kills its workers; a worker also
     ends when the service's process is gone). ``report`` is a pipe end that receives this
     worker's address once it listens."""
     worker_bootstrap(worker_id, parent, dispatch_globals=True)
-    sock, address = bind(host, token if curve else None)
+    sock, address = bind(host, curve)
     threading.Thread(target=_heartbeat, args=(counters,), name="dataflow-service-heartbeat",
                      daemon=True).start()
     report.send(address)
