@@ -315,3 +315,14 @@ def test_a_flow_pickled_under_the_old_paths_loads_and_runs():
     assert type(loaded) is dataflow.BatchData and type(loaded.ds) is dataflow.DataFromList
     loaded.reset_state()
     assert [b[0].tolist() for b in loaded] == [[0, 1], [2, 3], [4, 5]]
+
+
+@pytest.mark.parametrize(("name", "module"), [("SnapshotData", "dataflow.snapshot.data"),
+                                              ("StreamingShards", "dataflow.streaming.source"),
+                                              ("TarShardData", "dataflow.streaming.indexed")])
+def test_the_names_of_lazy_layers_are_reached_from_the_top(name, module):
+    import importlib
+
+    obj = getattr(dataflow, name)
+    assert obj is getattr(importlib.import_module(module), name)
+    assert name in dir(dataflow)

@@ -124,7 +124,7 @@ _LAZY_SUBMODULES = ("dataset", "imgaug", "input_source", "jax", "ray", "snapshot
                     "torch")
 # names loaded from a lazy submodule on first access
 _LAZY_NAMES = {"SnapshotData": "snapshot", "StreamingShards": "streaming",
-               "TarShardSerializer": "streaming"}
+               "TarShardData": "streaming", "TarShardSerializer": "streaming"}
 _STAR_SUBMODULES = ("dataset", "imgaug")
 
 
