@@ -5,6 +5,7 @@ records are reclaimed), and compressed records count with their compressed size.
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 import pytest
@@ -188,4 +189,39 @@ def test_one_compaction_makes_room_for_several_costlier_records(tmp_path):
         assert budget.floor == 1.5 / rec
         _fill(store, budget, 60, 1, cost=lambda i, epoch: 1.6 if i == 51 else 1.0)
         assert sorted(store.costs()) == [*range(3, k), 40, 50, 51] and budget.evicted == 3
+    assert _folder_bytes(tmp_path / "k") == limit
+
+
+def test_reads_in_other_threads_are_right_while_the_shards_are_compacted(tmp_path):
+    one, k = _one_record(tmp_path), 8
+    limit = k * (one + ENTRY.itemsize) + index_bytes(0)
+    budget = Budget(limit)
+    errors, seen = [], set()
+    with SnapshotStore(tmp_path / "k", 200) as store:
+        _fill(store, budget, k, 1)
+        stop = threading.Event()
+
+        def read():
+            while not stop.is_set():
+                for i in range(200):
+                    try:
+                        ok, value = store.get(i)
+                        if ok:
+                            assert value[1] == i and value[0].tobytes() == _value(i)[0].tobytes()
+                            seen.add(i)
+                    except Exception as e:  # (reported in the main thread)
+                        errors.append(e)
+
+        readers = [threading.Thread(target=read) for _ in range(2)]
+        for t in readers:
+            t.start()
+        try:  # each one 1.5x costlier per byte than the last: every one evicts
+            _fill(store, budget, 200, 1, cost=lambda i, epoch: 1.5 ** (i // 8 + 1))
+        finally:
+            stop.set()
+            for t in readers:
+                t.join()
+        assert errors == [] and store.stats()["corrupted"] == 0
+        assert budget.evicted > 100 and store.stored() == k and len(seen) > k
+        assert sorted(store.costs()) == list(range(192, 200))
     assert _folder_bytes(tmp_path / "k") == limit

@@ -45,9 +45,9 @@ from dataflow.snapshot import codec
 from dataflow.snapshot.codec import ALIGN, align
 
 __all__ = ["COMPRESSED_AT_MOST", "ENTRY", "FORMAT_VERSION", "HEADER", "KIND_RECORD",
-           "KIND_TOMBSTONE", "ShardReader", "ShardWriter", "frame_record", "frame_tombstone",
-           "header_bytes", "header_ok", "index_bytes", "is_full_error", "meta_dict", "open_meta",
-           "shard_names"]
+           "KIND_TOMBSTONE", "Payload", "ShardReader", "ShardWriter", "frame_record",
+           "frame_tombstone", "header_bytes", "header_ok", "index_bytes", "is_full_error",
+           "meta_dict", "open_meta", "shard_names"]
 
 FORMAT_VERSION = 1
 META = "meta.json"
@@ -88,24 +88,45 @@ def header_bytes(kind: int, codec: int, index: int, plen: int, raw_len: int, cos
     return head[:_HEADER_CRC_SPAN] + struct.pack("<I", hcrc) + _PAD
 
 
+class Payload:
+    """A record's payload before its checksum: the buffers (encoded, maybe compressed), the
+    codec used, their length and the decoded length. ``size``: the record's bytes on disk."""
+
+    __slots__ = ("cd", "parts", "plen", "raw_len")
+
+    def __init__(self, index: int, value: Any, codec_id: int) -> None:
+        parts, raw_len = codec.encode(value, index)
+        cd, plen = 0, raw_len
+        if codec_id:
+            packed = codec.compress(codec_id, b"".join(parts))
+            if len(packed) <= COMPRESSED_AT_MOST * raw_len:
+                cd, plen, parts = codec_id, len(packed), [packed]
+        self.cd, self.parts, self.plen, self.raw_len = cd, parts, plen, raw_len
+
+    @property
+    def size(self) -> int:
+        return ALIGN + align(self.plen)
+
+    def frame(self, index: int, cost: float) -> tuple[bytes, list[Any], int]:
+        """The header (with the payload's CRC-32, computed here), the payload's buffers
+        (padding included) and the size on disk."""
+        parts = list(self.parts)
+        crc = 0
+        for p in parts:
+            crc = zlib.crc32(p, crc)
+        pad = align(self.plen) - self.plen
+        if pad:
+            parts.append(bytes(pad))
+        head = header_bytes(KIND_RECORD, self.cd, index, self.plen, self.raw_len, cost, crc)
+        return head, parts, self.size
+
+
 def frame_record(index: int, value: Any, codec_id: int, cost: float
                  ) -> tuple[bytes, list[Any], int]:
     """The header, the payload's buffers (padding included) and the size on disk of the record
     of ``value`` at ``index``. It is compressed with ``codec_id`` only if that makes it at most
     :data:`COMPRESSED_AT_MOST` of its size."""
-    parts, raw_len = codec.encode(value, index)
-    cd, plen = 0, raw_len
-    if codec_id:
-        packed = codec.compress(codec_id, b"".join(parts))
-        if len(packed) <= COMPRESSED_AT_MOST * raw_len:
-            cd, plen, parts = codec_id, len(packed), [packed]
-    crc = 0
-    for p in parts:
-        crc = zlib.crc32(p, crc)
-    pad = align(plen) - plen
-    if pad:
-        parts.append(bytes(pad))
-    return header_bytes(KIND_RECORD, cd, index, plen, raw_len, cost, crc), parts, ALIGN + plen + pad
+    return Payload(index, value, codec_id).frame(index, cost)
 
 
 def frame_tombstone(index: int, shard: str, offset: int) -> tuple[bytes, list[Any], int]:

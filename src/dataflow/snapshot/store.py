@@ -51,9 +51,9 @@ from dataflow.snapshot.shard import (
     KIND_RECORD,
     KIND_TOMBSTONE,
     SUFFIX,
+    Payload,
     ShardReader,
     ShardWriter,
-    frame_record,
     frame_tombstone,
     index_bytes,
     is_full_error,
@@ -229,7 +229,9 @@ class SnapshotStore:
         """The bytes the snapshot's shards take on disk, as far as this process has seen them
         (records read or evicted alike, tombstones), with their index files (written when a
         shard is sealed: a shard's that is not yet is counted as it will be)."""
-        return sum(s.walked + index_bytes(s.count) for s in self._shards if s is not None)
+        names = self._loc.by_name
+        return sum(s.walked + index_bytes(s.count) for s in self._shards
+                   if s is not None and s.name in names)
 
     def dead_bytes(self) -> int:
         """The bytes in this process's own shards that :meth:`compact` would free: records
@@ -312,8 +314,9 @@ class SnapshotStore:
             raise self._closed_error()
         if self._loc.sid[i] >= 0 or self._full:
             return 0
-        head, parts, size = frame_record(int(i), value, self._codec, float(cost or 0.0))
-        return self._append(int(i), head, parts, size, float(cost or 0.0), KIND_RECORD, admit)
+        payload = Payload(int(i), value, self._codec)  # (its checksum once it is admitted)
+        return self._append(int(i), payload, payload.size, float(cost or 0.0), KIND_RECORD,
+                            admit)
 
     def discard(self, i: int) -> None:
         """Forget the record of index ``i`` (it will be recomputed), here and, through a
@@ -327,7 +330,7 @@ class SnapshotStore:
             head, parts, size = frame_tombstone(int(i), *self._loc.where(i))
             self._loc.kill(int(i))
             if not self._full:
-                self._append(int(i), head, parts, size, 0.0, KIND_TOMBSTONE)
+                self._append(int(i), (head, parts), size, 0.0, KIND_TOMBSTONE)
 
     def drop(self) -> None:
         """Delete every record of this snapshot (all processes' shards; ``meta.json`` stays)."""
@@ -471,8 +474,8 @@ class SnapshotStore:
         self._own = -1
         self._mine, self._tombs = [], {}
 
-    def _append(self, i: int, head: bytes, parts: list[Any], size: int, cost: float,
-                kind: int, admit: Callable[[int], bool] | None = None) -> int:
+    def _append(self, i: int, record: Payload | tuple[bytes, list[Any]], size: int,
+                cost: float, kind: int, admit: Callable[[int], bool] | None = None) -> int:
         with self._guard():
             if self._closed:
                 raise self._closed_error()
@@ -489,6 +492,8 @@ class SnapshotStore:
                     self._mine.append(self._own)
                 w = self._writer
                 off = w.offset
+                head, parts, _ = (record.frame(i, cost) if isinstance(record, Payload)
+                                  else (*record, size))
                 w.append(head, parts, (i, off, size, cost, kind))
                 mine = self._shards[self._own]
                 assert mine is not None
@@ -578,18 +583,23 @@ class SnapshotStore:
             reader.sealed = True
         self._mine[self._mine.index(sid)] = new_sid
         self._tombs.pop(sid, None)
+        # the copies first (as second copies), then the old shard forgotten: they take its
+        # place at once, so a read in another thread never finds the index missing
+        for i, at, size, cost, kind, _ in moved:
+            if kind == KIND_RECORD:
+                loc.index(i, new_sid, at, size, cost)
+            else:
+                self._tombs.setdefault(new_sid, []).append((i, at, size))
         for ext in (SUFFIX, INDEX_SUFFIX):
             with contextlib.suppress(FileNotFoundError):
                 os.remove(old.path[: -len(SUFFIX)] + ext)
         loc.lose_shard(sid)
-        old.close()
-        self._shards[sid] = None
-        for i, at, size, cost, kind, checked in moved:
-            if kind == KIND_RECORD:
-                loc.index(i, new_sid, at, size, cost)
-                loc.checked[i] = checked and int(loc.sid[i]) == new_sid
-            else:
-                self._tombs.setdefault(new_sid, []).append((i, at, size))
+        for i, _, _, _, kind, checked in moved:
+            if kind == KIND_RECORD and checked and int(loc.sid[i]) == new_sid:
+                loc.checked[i] = True
+        # the old reader stays until the next refresh finds its file gone: a read in another
+        # thread that looked it up just before reads the old map (still mapped), or finds the
+        # file gone and looks again
 
     def _roll(self) -> None:
         """Seal this process's shard; the next record starts a new one."""
