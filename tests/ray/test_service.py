@@ -411,15 +411,18 @@ def test_identity_policy_and_spread_on_ray_actors():
         with pytest.raises(StateMismatchError, match=r"\(seed: 5 -> 6\)"):
             c.load_state_dict(state)
         c.close()
-    # inputs that raise, exit or give outputs that cannot travel: skipped alike on every rank
-    with _service(60, workers=2, shuffle=False, func=pipelines.poison_no_exit) as svc:
+    # inputs that end their actor's process, raise, exit or give outputs that cannot travel:
+    # skipped alike on every rank (11 ends two actors, and is not asked a third time)
+    with _service(60, workers=2, shuffle=False, func=pipelines.poison) as svc:
         readers = [ServiceData(svc.address, rank=r, world_size=2, timeout=60,
-                               on_error="skip", max_errors=5) for r in range(2)]
+                               on_error="skip", max_errors=6) for r in range(2)]
         outs = []
         for c in readers:
             c.reset_state()
             outs.append([list(dp) for dp in c])
             c.close()
+        restarts = svc.stats()["restarts"]
     assert [len(x) for x in outs] == [30, 30]
-    assert outs[1][:7] == [[1, "ok"], [3, "ok"], [5, "ok"], [7, "ok"], [9, "ok"], [11, "ok"],
-                           [11, "ok"]]  # (13 exits: the last output in its place)
+    assert outs[1][:8] == [[1, "ok"], [3, "ok"], [5, "ok"], [7, "ok"], [9, "ok"], [9, "ok"],
+                           [9, "ok"], [15, "ok"]]  # (11 and 13: the last output in their place)
+    assert restarts == 2

@@ -95,13 +95,14 @@ class _WorkerActor:
     ``stop()``; ``where()`` and ``figures()`` answer from other threads meanwhile."""
 
     def __init__(self, worker_id: int, pipelines: dict[str, tuple], host: str, token: str,
-                 global_seed: int | None, curve: tuple[bytes, bytes] | None = None) -> None:
+                 global_seed: int | None, curve: tuple[bytes, bytes] | None = None,
+                 note: str | None = None) -> None:
         self.worker_id, self.pipelines, self.host, self.token = worker_id, pipelines, host, token
-        self.curve = curve
+        self.curve, self.note = curve, note
         self.global_seed = global_seed
         # busy seconds, items, bytes out, dropped messages, inputs waiting in its queues
         # (then the input being mapped: job number, or -1 for none; epoch, position, index)
-        self.counters = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0]
+        self.counters: Any = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0]
         self.stopping = threading.Event()
         self.bound = threading.Event()
         self.address: str | None = None
@@ -114,6 +115,8 @@ class _WorkerActor:
         try:
             # (the worker id and the input scopes live in the thread that maps: this one)
             worker_setup(self.worker_id, self.global_seed, None, dispatch_globals=True)
+            if self.note is not None:  # (the counters in the pool's note: it outlives us)
+                self.counters = _Note.attach(self.note)
             host = self.host
             if not protocol.is_loopback(host):
                 host = _ray().util.get_node_ip_address()
@@ -261,6 +264,55 @@ class RemoteService:
 # ---- the pool (in the dispatcher actor) ---------------------------------------------------------
 
 
+class _Note:
+    """The counters of a worker actor on this machine, in a small file of ``/dev/shm`` that
+    the pool makes and both map (the pool unlinks the name once the actor mapped it): among
+    them the input its map call is on, which the pool reads when the actor's process ended
+    (a map call that ends its process is then known, as for a worker process)."""
+
+    SIZE = 10 * 8  # (ten doubles: the worker's counters)
+
+    def __init__(self) -> None:
+        import mmap
+
+        from dataflow.parallel.shared_memory import SHM_DIR, new_prefix
+
+        self.path = os.path.join(SHM_DIR, f"{new_prefix()}-note")
+        fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, self.SIZE)
+            self.map = mmap.mmap(fd, self.SIZE)
+        finally:
+            os.close(fd)
+        self.view: Any = memoryview(self.map).cast("d")
+        self.view[6] = -1.0
+
+    @classmethod
+    def attach(cls, path: str) -> Any:
+        """The counters of the note at ``path`` (in the actor), as a sequence of floats."""
+        import mmap
+
+        fd = os.open(path, os.O_RDWR)
+        try:
+            return memoryview(mmap.mmap(fd, cls.SIZE)).cast("d")
+        finally:
+            os.close(fd)
+
+    def read(self) -> tuple[int, int, int, int] | None:
+        v = self.view
+        return (int(v[6]), int(v[7]), int(v[8]), int(v[9])) if v[6] >= 0 else None
+
+    def unlink(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+    def close(self) -> None:
+        self.unlink()
+        with contextlib.suppress(Exception):
+            self.view.release()
+            self.map.close()
+
+
 class _ActorWorker(PoolWorker):
     """A worker actor as the dispatcher sees it, with the pool's pending calls to it."""
 
@@ -275,6 +327,7 @@ class _ActorWorker(PoolWorker):
         self.pid: int | None = None
         self.node: str | None = None
         self.error: str | None = None
+        self.note: _Note | None = None
 
     def figures(self) -> tuple[float, ...]:
         return self.last
@@ -359,9 +412,13 @@ class RayPool(Pool):
         return self._cpus[1]
 
     def _spawn(self, wid: int, generation: int) -> _ActorWorker:
+        note = _Note() if self._local else None
         actor = self._cls.options(**self._options()).remote(
-            wid, self._pipelines, self.spec.host, self.spec.token, self._seed, self.spec.curve)
-        return _ActorWorker(wid, generation, actor)
+            wid, self._pipelines, self.spec.host, self.spec.token, self._seed, self.spec.curve,
+            note.path if note is not None else None)
+        w = _ActorWorker(wid, generation, actor)
+        w.note = note
+        return w
 
     def _node_lost(self, node: str | None) -> bool:
         """Whether the raylet of ``node`` no longer accepts connections (a node that died
@@ -403,6 +460,8 @@ class RayPool(Pool):
                 continue
             if w.run_ref in ready:  # (run() ends only with its actor)
                 w.error = self._outcome(w.run_ref)
+                if w.note is not None:  # (the input its map call was on, if any)
+                    w.crashed_on = w.note.read()
                 self._replace(k, w, lost)
                 continue
             if w.where_ref is not None and w.where_ref in ready:
@@ -410,6 +469,8 @@ class RayPool(Pool):
                     w.address, w.pid, w.node = ray.get(w.where_ref)
                     w.alive_at = now
                 w.where_ref = None
+                if w.note is not None:  # (mapped by the actor: the name can go)
+                    w.note.unlink()
             if w.figures_ref is not None and w.figures_ref in ready:
                 with contextlib.suppress(ray.exceptions.RayError):
                     w.last = tuple(ray.get(w.figures_ref))
@@ -450,6 +511,8 @@ class RayPool(Pool):
     def _stop(self, w: _ActorWorker) -> None:
         with contextlib.suppress(Exception):
             self._ray.kill(w.actor, no_restart=True)
+        if w.note is not None:
+            w.note.close()
 
     def close(self) -> None:
         """Kill every worker actor and wait (a bounded time) until they are gone."""
