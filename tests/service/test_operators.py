@@ -200,3 +200,34 @@ def test_status_shows_the_last_10_seconds_beside_the_lifetime_and_prometheus():
     for body in (prom.stdout, served):
         assert "dataflow_service_workers 1" in body.splitlines()
         assert "# TYPE dataflow_service_dropped_messages_total counter" in body
+
+
+class _Keys:
+    """A sequence that is neither a list nor a flow: ``__len__`` and ``__getitem__``."""
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, i):
+        if not 0 <= i < 6:
+            raise IndexError(i)
+        return [i]
+
+
+def _endless():
+    k = 0
+    while True:
+        yield [k]
+        k += 1
+
+
+def test_a_duck_typed_sequence_is_served_and_a_flow_without_len_refused():
+    with DataService(_Keys(), pipelines.tag, num_workers=1, shuffle=False) as svc:
+        c = _consumer(svc.address)
+        assert [dp[0] for dp in c] == list(range(6))
+        c.close()
+    svc = DataService(df.DataFromGenerator(_endless), pipelines.tag, num_workers=1)
+    with pytest.raises(ValueError, match=r"`ds` \(DataFromGenerator\) has no len\(\): .* Pass "
+                       r"a flow with a len\(\)"):
+        svc.start()
+    svc.close()
