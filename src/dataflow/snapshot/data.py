@@ -10,10 +10,12 @@ worker, another job) opens its own writer of the same snapshot and reads what th
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -65,6 +67,16 @@ def _check_verify(verify: Any) -> tuple[float, bool]:
     return float(verify), repair
 
 
+def _check_workers(num_workers: Any) -> int | str:
+    if num_workers == "auto":
+        return "auto"
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
+        raise ValueError(f"`num_workers` must be 'auto' or an int >= 1 (threads that compute "
+                         f"the misses ahead of the reader), got {num_workers!r}; e.g. "
+                         "num_workers=1 to compute them in the reading thread.")
+    return num_workers
+
+
 def _shallow(dp: Any) -> Any:
     """A shallow copy of a datapoint, as ``MapData`` hands its function."""
     if type(dp) is list:
@@ -107,6 +119,10 @@ class SnapshotData(ReaderState, RNGDataFlow):
     ``verify="repair"`` (or ``("repair", fraction)``) drops the stale snapshot and recomputes.
     ``compression``: ``None``, ``"lz4"`` or ``"zstd"``. ``on_full``: ``"raise"`` (a full disk
     ends in an error naming ``path``) or ``"read"`` (a warning, then read on without storing).
+    ``num_workers``: threads that compute an epoch's misses ahead of the reader, in order
+    (``"auto"``: the cores this process may use; ``1``: in the reading thread). Decoders that
+    release the GIL (OpenCV, the JPEG decoder, NumPy) then fill a snapshot as fast as a threaded
+    mapper would run them; a complete snapshot is read in the reading thread.
 
     A DataFlow: each ``__iter__`` is one epoch in index order, or with ``shuffle=True`` in a new
     permutation per epoch derived from ``seed`` (see :mod:`dataflow.rng`); ``state_dict()`` saves
@@ -121,9 +137,11 @@ class SnapshotData(ReaderState, RNGDataFlow):
                  map_func: Callable[[Any], Any] | None = None, key: str | None = None,
                  budget: int | str | None = None, verify: float | str = 0.01,
                  compression: str | None = None, shuffle: bool = False,
-                 seed: int | None = None, on_full: str = "raise") -> None:
+                 seed: int | None = None, on_full: str = "raise",
+                 num_workers: int | str = "auto") -> None:
         self._setup(ds, path, map_func, key, budget, verify, compression, shuffle, seed,
                     on_full)
+        self.num_workers = _check_workers(num_workers)
         self._ensure_checked()
 
     def _setup(self, ds: Any, path: str | os.PathLike[str], map_func: Callable[[Any], Any] | None,
@@ -168,6 +186,10 @@ class SnapshotData(ReaderState, RNGDataFlow):
         self._verify_rng = np.random.default_rng()
         self._stats = self._zero_stats()
         self._checked = map_func is None or self._marker_exists()
+        #: threads that compute the misses of an epoch ahead of the reader ("auto": the cores)
+        self.num_workers = "auto"
+        # counters, the budget's choice and the verify draw are shared by those threads
+        self._lock = threading.Lock()
 
     # ---- identity -------------------------------------------------------------------------
 
@@ -265,38 +287,47 @@ class SnapshotData(ReaderState, RNGDataFlow):
         found, value = store.get(i)
         stats = self._stats
         if found:
-            stats["hits"] += 1
-            stats["bytes_read"] += _nbytes(value)
-            if self.verify and self._verify_rng.random() < self.verify:
-                return self._verify(i, value)
-            return value
+            with self._lock:
+                stats["hits"] += 1
+                stats["bytes_read"] += _nbytes(value)
+                check = bool(self.verify) and self._verify_rng.random() < self.verify
+            return self._verify(i, value) if check else value
         # another process (a rank, a service worker) may have stored it: a refresh costs a
         # stat of the folder (listed again only when it changed) and one per shard being written
         store.refresh()
         found, value = store.get(i)
         if found:
-            stats["hits"] += 1
-            stats["bytes_read"] += _nbytes(value)
+            with self._lock:
+                stats["hits"] += 1
+                stats["bytes_read"] += _nbytes(value)
             return value
-        stats["misses"] += 1
         start = time.perf_counter()
         value = self._compute(i)
         seconds = time.perf_counter() - start
-        stats["compute_seconds"] += seconds
         if self.budget is None:
-            stats["bytes_stored"] += store.put(i, value, cost=seconds)
+            stored = store.put(i, value, cost=seconds)
         else:
-            place = self._budget.place
-            stats["bytes_stored"] += store.put(
-                i, value, cost=seconds, admit=lambda size: place(store, size, seconds))
+            place, lock = self._budget.place, self._lock
+
+            def admit(size: int) -> Any:
+                with lock:  # one choice at a time: it reads and changes the stored costs
+                    return place(store, size, seconds)
+
+            stored = store.put(i, value, cost=seconds, admit=admit)
+        with self._lock:
+            stats["misses"] += 1
+            stats["compute_seconds"] += seconds
+            stats["bytes_stored"] += stored
         return value
 
     def _verify(self, i: int, stored: Any) -> Any:
         fresh = self._compute(i)
         if fingerprint(fresh) == fingerprint(stored):
-            self._stats["verified"] += 1
+            with self._lock:
+                self._stats["verified"] += 1
             return stored
-        self._stats["verify_failed"] += 1
+        with self._lock:
+            self._stats["verify_failed"] += 1
         if self.map_func is not None:
             check_deterministic(self.map_func, [self._source().get(i)])
         if not self.repair:
@@ -340,13 +371,48 @@ class SnapshotData(ReaderState, RNGDataFlow):
             n = self._size
             order = (self._epoch_rng(epoch).permutation(n).tolist() if self._shuffle
                      else range(n))
-            value = self._value
-            for p in range(start, n):
-                out = value(order[p])
-                self._pos = p + 1
-                if out is not None:
-                    yield out
+            workers = self._workers()
+            if workers > 1 and not self._open().complete():
+                outputs = self._ahead(order, start, n, workers)
+            else:
+                outputs = map(self._value, (order[p] for p in range(start, n)))
+            try:
+                for p, out in enumerate(outputs, start):
+                    self._pos = p + 1
+                    if out is not None:
+                        yield out
+            finally:
+                close = getattr(outputs, "close", None)
+                if close is not None:
+                    close()
             self._end(token)
+
+    def _workers(self) -> int:
+        if self.num_workers == "auto":
+            return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+                os.cpu_count() or 1)
+        return int(self.num_workers)
+
+    def _ahead(self, order: Any, start: int, n: int, workers: int) -> Iterator[Any]:
+        """The outputs at positions ``start..n`` in order, computed by ``workers`` threads up
+        to ``2 * workers`` positions ahead of the reader (a miss is computed and stored by its
+        thread; a hit is read there too). Closing it (a ``break``) waits for the positions in
+        flight, so nothing is left writing."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._source()  # (made once, here: a flow without positions is read in this thread)
+        pending: collections.deque[Any] = collections.deque()
+        with ThreadPoolExecutor(workers, thread_name_prefix="dataflow-snapshot") as pool:
+            try:
+                p = start
+                while p < n or pending:
+                    while p < n and len(pending) < 2 * workers:
+                        pending.append(pool.submit(self._value, order[p]))
+                        p += 1
+                    yield pending.popleft().result()
+            finally:
+                for f in pending:
+                    f.cancel()
 
     def close(self) -> None:
         store, self._store = self._store, None
@@ -360,11 +426,13 @@ class SnapshotData(ReaderState, RNGDataFlow):
         state = dict(self.__dict__)
         state.update(_store=None, _reader=None, _stats=self._zero_stats())
         state.pop("_probe", None)
+        state.pop("_lock", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._verify_rng = np.random.default_rng()
+        self._lock = threading.Lock()
 
     # ---- counters -------------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ file names, encoded bytes). A flow without a ``len()`` is refused: it may never 
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -68,18 +69,26 @@ class _LMDBByKey:
                 release_env(key)
         self.keys = list(keys)
         self._env: Any = None
+        self._opening = threading.Lock()  # (threads may read at once: one opens the file)
 
     def __len__(self) -> int:
         return len(self.keys)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_env": None}
+        state = {**self.__dict__, "_env": None}
+        del state["_opening"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _opening=threading.Lock())
 
     def get(self, i: int) -> Any:
-        from dataflow.serialize.lmdb_data import acquire_env
-
         if self._env is None:
-            self._env, _key = acquire_env(self.path, self.what, readahead=False)
+            from dataflow.serialize.lmdb_data import acquire_env
+
+            with self._opening:
+                if self._env is None:
+                    self._env, _key = acquire_env(self.path, self.what, readahead=False)
         key = self.keys[i]
         with self._env.begin() as txn:
             value = txn.get(key)
