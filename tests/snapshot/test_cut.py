@@ -74,6 +74,9 @@ def test_a_deterministic_chain_is_one_snapshot_and_a_random_one_is_refused(tmp_p
         df.snapshot(df.MapData(df.FakeData([[2]], 4), len), tmp_path)
     with pytest.raises(TypeError, match="unknown arguments"):
         df.snapshot(chain, tmp_path, shuffle=True)
+    assert df.snapshot(chain, tmp_path, num_workers=1).num_workers == 1
+    with pytest.raises(ValueError, match="`num_workers` must be 'auto' or an int >= 1"):
+        df.snapshot(chain, tmp_path, num_workers=0)
 
 
 def test_dataflow_snapshot_is_the_package_and_the_function():

@@ -25,7 +25,7 @@ from typing import Any
 from dataflow.base import DataFlow
 from dataflow.parallel._mapper import MapperBase
 from dataflow.profiler import public_name
-from dataflow.snapshot.data import SnapshotData, _shallow
+from dataflow.snapshot.data import SnapshotData, _shallow, check_workers
 from dataflow.snapshot.determinism import (
     CHECK_INPUTS,
     NondeterministicError,
@@ -159,15 +159,18 @@ def snapshot(ds: DataFlow, path: str | os.PathLike[str], **kwargs: Any) -> DataF
     top = len(path_) - 1 - len(stored)  # where the snapshot goes in path_
     above = path_[:top]
     options = {"key": None, "budget": None, "verify": 0.01, "compression": None,
-               "on_full": "raise", **kwargs}
-    unknown = sorted(set(options) - {"key", "budget", "verify", "compression", "on_full"})
+               "on_full": "raise", "num_workers": "auto", **kwargs}
+    unknown = sorted(set(options) - {"key", "budget", "verify", "compression", "on_full",
+                                     "num_workers"})
     if unknown:
         raise TypeError(f"dataflow.snapshot: unknown arguments {unknown}; it takes those of "
-                        "SnapshotData: key, budget, verify, compression, on_full.")
+                        "SnapshotData: key, budget, verify, compression, on_full, "
+                        "num_workers.")
     snap = SnapshotData.__new__(SnapshotData)
     snap._setup(source, path, Chain(steps), options["key"], options["budget"], options["verify"],
                 options["compression"], shuffled, getattr(source, "seed", None),
                 options["on_full"])
+    snap.num_workers = check_workers(options["num_workers"])
     snap._ensure_checked(tested=True)  # (the test above passed: the snapshot needs no other)
     if shuffled:  # the source's order: its seed, at its place in the original chain
         snap._order_depth = len(stored)

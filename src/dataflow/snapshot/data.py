@@ -67,7 +67,7 @@ def _check_verify(verify: Any) -> tuple[float, bool]:
     return float(verify), repair
 
 
-def _check_workers(num_workers: Any) -> int | str:
+def check_workers(num_workers: Any) -> int | str:
     if num_workers == "auto":
         return "auto"
     if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
@@ -141,7 +141,7 @@ class SnapshotData(ReaderState, RNGDataFlow):
                  num_workers: int | str = "auto") -> None:
         self._setup(ds, path, map_func, key, budget, verify, compression, shuffle, seed,
                     on_full)
-        self.num_workers = _check_workers(num_workers)
+        self.num_workers = check_workers(num_workers)
         self._ensure_checked()
 
     def _setup(self, ds: Any, path: str | os.PathLike[str], map_func: Callable[[Any], Any] | None,
