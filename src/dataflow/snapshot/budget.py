@@ -100,6 +100,10 @@ class Budget:
         self.evicted = 0
         self.refused = 0
         self.floor = 0.0
+        # the cheapest own record's cost per byte, as of the store's version ``_seen``: a full
+        # budget refuses most outputs, each at the cost of a comparison
+        self._cheapest = float("inf")
+        self._seen: Any = None
 
     def place(self, store: Any, size: int, seconds: float) -> bool:
         """Make room in ``store`` for a record of ``size`` bytes on disk that took ``seconds``
@@ -114,6 +118,13 @@ class Budget:
         if used + size <= limit and density >= self.floor:
             return True
         dead = store.dead_bytes()
+        if used + size > limit + dead:  # victims needed: is any cheap enough? (no dict built)
+            version = store.version()
+            if version != self._seen:
+                self._cheapest, self._seen = store.cheapest_own(ENTRY.itemsize), version
+            if density < REPLACE_MARGIN * self._cheapest:
+                self.refused += 1
+                return False
         own = {i: (s, b + ENTRY.itemsize) for i, (s, b) in store.own_costs().items()}
         ok, victims = admit(size, seconds, limit - used + dead, own,
                             extra=int(limit * EVICT_BATCH))

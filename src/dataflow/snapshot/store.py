@@ -225,6 +225,22 @@ class SnapshotStore:
         """:meth:`costs` of the records in this process's own shards (those it can evict)."""
         return self._loc.costs(self._mine)
 
+    def cheapest_own(self, per_record: int = 0) -> float:
+        """The lowest cost per byte (seconds / (size on disk + ``per_record``)) of the records in
+        this process's own shards; ``inf`` if there are none. At NumPy speed."""
+        loc = self._loc
+        mask = np.zeros(len(loc.sid), np.bool_)
+        for sid in self._mine:
+            mask |= loc.sid == sid
+        if not mask.any():
+            return float("inf")
+        return float((loc.cost[mask] / (loc.rsize[mask] + per_record)).min())
+
+    def version(self) -> tuple[int, int, int]:
+        """Changes whenever this process's own records may have changed (records indexed or
+        forgotten, bytes written, records killed)."""
+        return self._loc.n, self._counts["bytes_written"], len(self._loc.dead)
+
     def disk_bytes(self) -> int:
         """The bytes the snapshot's shards take on disk, as far as this process has seen them
         (records read or evicted alike, tombstones), with their index files (written when a
