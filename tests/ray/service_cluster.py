@@ -24,6 +24,10 @@ The scenarios, in order (the last one kills a node, so it runs last):
 * ``jobs``: one pool of 2 workers, job ``"a"`` reading the service's pipeline and job ``"b"``
   its own seed (``jobs=``): both read as fast as they can for :data:`SHARE_WINDOW` seconds
   (what each received then), then on to the end of their epochs;
+* ``policy``: 3 workers map :func:`tests.service.pipelines.poison` (inputs that end their
+  actor's process, exit, raise, or give outputs that cannot travel); two ranks of 2 read their
+  epoch with ``on_error="skip"`` and ``prefetch=2`` (their outputs, what rank 1 skipped, the
+  restarts, the items of each worker);
 * ``dispatcher_loss``: a service at a fixed address (a free port of 127.0.0.1); a reference
   epoch; then after :data:`KILL_AT` outputs of a consumer's epoch the dispatcher actor's
   process is SIGKILLed (the consumer reads on meanwhile, in vain), and, once it is gone, a new
@@ -70,8 +74,8 @@ RESIZE_AT = 10
 #: seconds both jobs read as fast as they can (``jobs``)
 SHARE_WINDOW = 2.0
 #: datapoints of each scenario's service
-SIZES = {"share": 60, "restore": 120, "resize": 90, "jobs": 1000, "dispatcher_loss": 200,
-         "node_loss": 300}
+SIZES = {"share": 60, "restore": 120, "resize": 90, "jobs": 1000, "policy": 60,
+         "dispatcher_loss": 200, "node_loss": 300}
 #: the seed of job "b" of ``jobs`` (the service's own is 5, as everywhere here)
 JOB_B_SEED = 2
 #: the environment variable that marks the processes of a run (the test looks for them after)
@@ -317,6 +321,28 @@ def _host_pid(ray: Any) -> int:
     return int(host["Pid"])
 
 
+def policy(cluster: Any) -> dict[str, Any]:
+    from dataflow.service import DataService
+    from tests.service import pipelines
+
+    svc = DataService(pipelines.source(SIZES["policy"]), pipelines.poison, backend="ray",
+                      num_workers=3, seed=5, shuffle=False, ray_address=cluster.address)
+    with svc:
+        outs, items = [], []
+        for rank in range(2):
+            c = _consumer(svc.address, rank, 2, on_error="skip", max_errors=6, prefetch=2)
+            outs.append([list(dp) for dp in c])
+            state = c.state_dict()
+            c.close()
+            if not items:  # (rank 0 meets no poison: what each worker mapped for it; the
+                # figures of the workers are read every 0.25 s)
+                time.sleep(1.0)
+                items = [w["items"] for w in svc.stats()["workers"]]
+        stats = svc.stats()
+    return {"outputs": outs, "skipped": state["errors"]["skipped"],
+            "restarts": stats["restarts"], "worker_items": items}
+
+
 def dispatcher_loss(cluster: Any) -> dict[str, Any]:
     import ray
     from tests.helpers import free_port
@@ -404,6 +430,7 @@ def node_loss(cluster: Any) -> dict[str, Any]:
 
 #: the scenarios, in the order they run (``node_loss`` leaves the cluster a node short)
 SCENARIOS = {"share": share, "restore": restore, "resize": resize, "jobs": jobs,
+             "policy": policy,
              "dispatcher_loss": dispatcher_loss, "node_loss": node_loss}
 
 

@@ -367,6 +367,21 @@ def test_two_jobs_on_one_pool_are_exact_and_get_equal_shares_on_three_nodes(clus
 
 
 @pytest.mark.slow
+def test_poison_inputs_are_skipped_alike_on_three_nodes(cluster_report):
+    report = cluster_report["policy"]
+    outs = report["outputs"]
+    assert [len(x) for x in outs] == [30, 30]  # (every rank yields len())
+    for r, out in enumerate(outs):
+        want = []
+        for i in range(r, 60, 2):
+            want.append([i, "ok"] if i not in pipelines.POISON else want[-1])
+        assert out == want, r
+    assert report["skipped"] == 6
+    assert report["restarts"] == 2  # (11 ended two actors' processes, never asked a third time)
+    assert min(report["worker_items"]) > 0  # (prefetch 2: every worker asked)
+
+
+@pytest.mark.slow
 def test_the_dispatcher_lost_and_started_again_on_its_address_on_three_nodes(
         cluster_report, record_property):
     report = cluster_report["dispatcher_loss"]
