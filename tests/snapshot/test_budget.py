@@ -225,3 +225,33 @@ def test_reads_in_other_threads_are_right_while_the_shards_are_compacted(tmp_pat
         assert budget.evicted > 100 and store.stored() == k and len(seen) > k
         assert sorted(store.costs()) == list(range(192, 200))
     assert _folder_bytes(tmp_path / "k") == limit
+
+
+def test_a_later_run_replaces_an_earlier_runs_records_claiming_its_shard(tmp_path):
+    one, k = _one_record(tmp_path), 6
+    limit = k * (one + ENTRY.itemsize) + 2 * index_bytes(0)  # (two shards: two indexes)
+    root = tmp_path / "k"
+    with SnapshotStore(root, 20) as first:  # an earlier run, sealed when it closed
+        _fill(first, Budget(limit), 20, 1)
+        earlier = first._writer.name
+    with SnapshotStore(root, 20) as b, SnapshotStore(root, 20) as c:  # two later processes
+        budget_b, budget_c = Budget(limit), Budget(limit)
+        assert sorted(b.own_costs()) == list(range(k))  # the earlier run's, all evictable
+        _fill(b, budget_b, 20, 1, cost=lambda i, epoch: 10.0 if i == 12 else 1.0)
+        assert sorted(b.costs()) == [1, 2, 3, 4, 5, 12] and budget_b.evicted == 1
+        assert earlier not in os.listdir(root)  # claimed, rewritten, deleted
+        assert [n for n in os.listdir(root) if "claimed" in n] == []
+        # c had seen the earlier shard sealed: b took it first, so c's claim fails and c
+        # stores nothing (it never overshoots the budget)
+        assert c.stored() == k and sorted(c.own_costs()) == list(range(k))
+        _fill(c, budget_c, 20, 1, cost=lambda i, epoch: 10.0 if i == 15 else 1.0)
+        c.refresh()
+        assert sorted(c.costs()) == [1, 2, 3, 4, 5, 12] and budget_c.evicted == 0
+        # once c sees b's rewritten shard (sealed only when b closes), it can claim that
+    assert _folder_bytes(root) == limit
+    with SnapshotStore(root, 20) as d:  # a third run: b's shards are sealed now
+        budget_d = Budget(limit)
+        _fill(d, budget_d, 20, 1, cost=lambda i, epoch: 10.0 if i == 15 else 1.0)
+        # 15 needs a third shard (and its index's 28 bytes): two records make room
+        assert sorted(d.costs()) == [3, 4, 5, 12, 15] and budget_d.evicted == 2
+    assert _folder_bytes(root) == limit - (one + ENTRY.itemsize) + index_bytes(0)  # 3 shards

@@ -4,6 +4,8 @@
 (``meta.json`` and ``deterministic.json``, a few hundred bytes, are not counted): a record
 counts with its size on disk (compressed, if it is) and the 40 bytes of its index entry, a
 shard with its index's 28 bytes, and records that were evicted count until they are reclaimed.
+A process evicts records of its own shards and of sealed shards (of processes done with them:
+another run's), which it claims first (one process wins).
 Every output that is computed has a measured cost (the seconds ``map_func`` took) and a size;
 its *density* is seconds per byte. While the budget has room, outputs are stored as they come.
 When it is full, an output whose density is at least :data:`REPLACE_MARGIN` (1.5) times that of
@@ -17,8 +19,7 @@ snapshot comes to hold the outputs that save the most time per byte, and the res
 each time: an epoch's time falls in proportion to the work stored.
 
 The decision is :func:`admit`'s, a pure function of the stored costs; :class:`Budget` applies
-it for one process, which counts every shard it sees but evicts only records it wrote itself
-(another process's, or an earlier run's, stay and count).
+it for one process, which counts every shard it sees.
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ class Budget:
         limit = self.limit
         if limit is None:
             return True
-        size += ENTRY.itemsize  # (its entry in its shard's index)
+        size += ENTRY.itemsize + store.new_shard_bytes()  # (its index entry, a new index)
         density = seconds / size
         used = store.disk_bytes()
         if used + size <= limit and density >= self.floor:
@@ -131,11 +132,11 @@ class Budget:
         if not ok or (not victims and density < self.floor):
             self.refused += 1
             return False
-        if victims:
+        gone = store.evict(victims)  # (and compacts)
+        if gone:
             self.floor = max(self.floor, REPLACE_MARGIN * max(own[i][0] / own[i][1]
-                                                              for i in victims))
-        store.evict(victims)  # (and compacts)
-        self.evicted += len(victims)
+                                                              for i in gone))
+        self.evicted += len(gone)
         if store.disk_bytes() + size <= limit:
             return True
         self.refused += 1  # (another process's shards grew meanwhile)

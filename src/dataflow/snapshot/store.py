@@ -17,9 +17,11 @@ that names the path), or with ``on_full="read"`` warns once (:class:`SnapshotFul
 stores nothing more; the record being written is cut off, so the snapshot stays valid.
 
 Records are forgotten with a tombstone (:meth:`SnapshotStore.discard`, seen by every process),
-or, for the records of a process's own shards, evicted (:meth:`SnapshotStore.evict`): the
-shards that held them are compacted, rewritten with their live records in place of the old
-files, so that their bytes leave the disk (a budget relies on it).
+or evicted (:meth:`SnapshotStore.evict`): the shards that held them are compacted, rewritten
+with their live records in place of the old files, so that their bytes leave the disk (a budget
+relies on it). A process rewrites its own shards, and sealed ones (an earlier run's, another
+process's that is done with them) once it has claimed them: it renames the shard's index file
+(``.<shard>.idx.claimed-...``), which only one process can do.
 
 Reads are zero-copy: arrays come back as read-only views of the shard's memory map (aligned to
 64 bytes), except for records compressed (``compression="lz4"`` or ``"zstd"``), whose payload is
@@ -32,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import secrets
 import threading
 import time
 import warnings
@@ -74,6 +77,8 @@ MISS_REFRESH_S = 1.0
 #: listing was made at least this long after that time (file systems' clocks are coarse)
 MTIME_SLACK_NS = 1_000_000_000
 _ALIGN = codec.ALIGN
+#: in the name a claimed shard's index file is renamed to
+CLAIMED = ".claimed-"
 
 
 class SnapshotFullError(DataFlowError, OSError):
@@ -222,19 +227,26 @@ class SnapshotStore:
         return self._loc.costs()
 
     def own_costs(self) -> dict[int, tuple[float, int]]:
-        """:meth:`costs` of the records in this process's own shards (those it can evict)."""
-        return self._loc.costs(self._mine)
+        """:meth:`costs` of the records this process can :meth:`evict`: those in its own
+        shards, and in sealed shards (whose writers are done with them: another process's, or
+        an earlier run's), which it claims before it compacts them."""
+        return self._loc.costs(self._evictable())
 
     def cheapest_own(self, per_record: int = 0) -> float:
-        """The lowest cost per byte (seconds / (size on disk + ``per_record``)) of the records in
-        this process's own shards; ``inf`` if there are none. At NumPy speed."""
+        """The lowest cost per byte (seconds / (size on disk + ``per_record``)) of the records
+        listed by :meth:`own_costs`; ``inf`` if there are none. At NumPy speed."""
         loc = self._loc
         mask = np.zeros(len(loc.sid), np.bool_)
-        for sid in self._mine:
+        for sid in self._evictable():
             mask |= loc.sid == sid
         if not mask.any():
             return float("inf")
         return float((loc.cost[mask] / (loc.rsize[mask] + per_record)).min())
+
+    def new_shard_bytes(self) -> int:
+        """What the next record adds besides itself and its index entry: a new shard's index
+        header when this process has no shard open."""
+        return 0 if self._writer is not None and self._writer.fd is not None else index_bytes(0)
 
     def version(self) -> tuple[int, int, int]:
         """Changes whenever this process's own records may have changed (records indexed or
@@ -254,20 +266,32 @@ class SnapshotStore:
         evicted, found corrupted, or stored by another process first, and their index entries."""
         return sum(self._dead_in(sid) for sid in self._mine)
 
-    def evict(self, indices: list[int]) -> int:
-        """Forget the records of ``indices`` (all in this process's own shards, see
-        :meth:`own_costs`) and :meth:`compact`: the bytes freed on disk. Other processes find
-        the records gone when they refresh (the shard that held them is replaced)."""
+    def evict(self, indices: list[int]) -> list[int]:
+        """Forget the records of ``indices`` (among :meth:`own_costs`) and :meth:`compact`; the
+        indices evicted. A sealed shard of another writer is claimed first (its index file
+        renamed: one process wins); a record in a shard that another process claimed first
+        stays. Other processes find the records gone when they refresh (the shard that held
+        them is replaced)."""
         with self._guard():
             if self._closed:
                 raise self._closed_error()
             loc = self._loc
+            evictable = self._evictable()
+            gone = []
             for i in indices:
-                if loc.sid[i] < 0 or int(loc.sid[i]) not in self._mine:
-                    raise ValueError(f"SnapshotStore.evict: index {i} is not stored in this "
-                                     "process's shards; evict only what own_costs() lists.")
+                sid = int(loc.sid[i])
+                if sid < 0 or sid not in evictable:
+                    raise ValueError(f"SnapshotStore.evict: index {i} is not stored in a shard "
+                                     "this process can rewrite; evict only what own_costs() "
+                                     "lists.")
+                if sid not in self._mine:
+                    if not self._claim(sid):
+                        continue
+                    self._mine.append(sid)
                 loc.kill(int(i))
-            return self.compact()
+                gone.append(i)
+            self.compact()
+            return gone
 
     def compact(self) -> int:
         """Rewrite this process's own shards that hold dead bytes (see :meth:`dead_bytes`)
@@ -357,7 +381,8 @@ class SnapshotStore:
                 self._writer.abandon()
                 self._writer = None
             for name in os.listdir(self.root):  # shards, their indexes, indexes half-written
-                if name.endswith((SUFFIX, INDEX_SUFFIX)) or f"{INDEX_SUFFIX}.tmp-" in name:
+                if (name.endswith((SUFFIX, INDEX_SUFFIX)) or f"{INDEX_SUFFIX}.tmp-" in name
+                        or CLAIMED in name):
                     with contextlib.suppress(FileNotFoundError):
                         os.remove(os.path.join(self.root, name))
             self._reset_index()  # (the maps close once no thread reads them)
@@ -410,8 +435,9 @@ class SnapshotStore:
         self._shards: list[ShardReader | None] = []  # by shard number, as in self._loc
         self._loc = Locations(self._size)
         self._own = -1
-        self._mine: list[int] = []  # the shards this process wrote (its own, then rolled)
-        self._tombs: dict[int, list[tuple[int, int, int]]] = {}  # ... their tombstones
+        self._mine: list[int] = []  # the shards this process rewrites (its own, rolled, claimed)
+        self._tombs: dict[int, list[tuple[int, int, int]]] = {}  # shards' tombstones
+        self._claims: dict[int, str] = {}  # claimed shards: their renamed index files
 
     def _new_reader(self, name: str) -> tuple[int, ShardReader]:
         shard = ShardReader(self.root, name)
@@ -423,6 +449,11 @@ class SnapshotStore:
             return
         shard = self._shards[sid]
         assert shard is not None
+        tombs = table[table["kind"] == KIND_TOMBSTONE]
+        if len(tombs):  # (kept if a compaction rewrites this shard)
+            self._tombs.setdefault(sid, []).extend(
+                zip(tombs["index"].tolist(), tombs["offset"].tolist(), tombs["size"].tolist(),
+                    strict=True))
         for p in problems + self._loc.add(sid, table, shard.tombstone_target):
             self._report(shard.name, p)
 
@@ -446,7 +477,8 @@ class SnapshotStore:
             self._writer, self._own = None, -1
         if sid in self._mine:
             self._mine.remove(sid)
-            self._tombs.pop(sid, None)
+        self._tombs.pop(sid, None)
+        self._claims.pop(sid, None)
         self._loc.lose_shard(sid)
         self._shards[sid] = None  # (its map closes once no thread reads it)
 
@@ -488,7 +520,7 @@ class SnapshotStore:
             self._writer.abandon()
             self._writer = None
         self._own = -1
-        self._mine, self._tombs = [], {}
+        self._mine, self._claims = [], {}  # (the tombstones seen stay known)
 
     def _append(self, i: int, record: Payload | tuple[bytes, list[Any]], size: int,
                 cost: float, kind: int, admit: Callable[[int], bool] | None = None) -> int:
@@ -544,6 +576,29 @@ class SnapshotStore:
             self._dir_mtime, self._dir_listed = mtime, now
         return self._names
 
+    def _evictable(self) -> list[int]:
+        """This process's shards, and the sealed shards of other writers."""
+        names = self._loc.by_name
+        return self._mine + [sid for sid, shard in enumerate(self._shards)
+                             if shard is not None and shard.sealed and sid not in self._mine
+                             and shard.name in names]
+
+    def _claim(self, sid: int) -> bool:
+        """Make sealed shard ``sid`` this process's to rewrite: rename its index file (atomic:
+        of processes claiming one shard at once, one succeeds). Its readers walk it meanwhile."""
+        if sid in self._claims:
+            return True
+        shard = self._shards[sid]
+        assert shard is not None
+        claim = os.path.join(self.root, f".{shard.name[: -len(SUFFIX)]}{INDEX_SUFFIX}"
+                             f"{CLAIMED}{os.getpid()}-{secrets.token_hex(4)}")
+        try:
+            os.rename(shard.path[: -len(SUFFIX)] + INDEX_SUFFIX, claim)
+        except FileNotFoundError:  # claimed by another process, or never sealed
+            return False
+        self._claims[sid] = claim
+        return True
+
     def _dead_in(self, sid: int) -> int:
         shard = self._shards[sid]
         if shard is None:
@@ -559,6 +614,9 @@ class SnapshotStore:
         replaces it."""
         old = self._shards[sid]
         assert old is not None
+        if sid != self._own and not self._claim(sid):  # a rolled shard another process took
+            self._mine.remove(sid)
+            return
         loc = self._loc
         idx = np.flatnonzero(loc.sid == sid)
         keep: list[tuple[int, int, int, float, int, bool]] = [
@@ -606,9 +664,10 @@ class SnapshotStore:
                 loc.index(i, new_sid, at, size, cost)
             else:
                 self._tombs.setdefault(new_sid, []).append((i, at, size))
-        for ext in (SUFFIX, INDEX_SUFFIX):
+        for path in (old.path, old.path[: -len(SUFFIX)] + INDEX_SUFFIX, self._claims.pop(sid, "")):
             with contextlib.suppress(FileNotFoundError):
-                os.remove(old.path[: -len(SUFFIX)] + ext)
+                if path:
+                    os.remove(path)
         loc.lose_shard(sid)
         for i, _, _, _, kind, checked in moved:
             if kind == KIND_RECORD and checked and int(loc.sid[i]) == new_sid:
