@@ -13,8 +13,8 @@ the cheapest stored ones replaces them: they are evicted and the process's shard
 them are compacted (rewritten with their live records) before the new record is written, so
 the files never exceed the budget. A compaction copies the live records, so an eviction frees
 up to :data:`EVICT_BATCH` of the budget at once, and that room is kept for outputs that beat the
-evicted ones by the margin (:attr:`Budget.floor`). Outputs of about the same cost (noise in the
-measured seconds) never replace each other: the first ones to fit stay. Over the epochs the
+evicted ones by the margin (:attr:`Budget.floor`). Outputs whose measured costs differ by less
+than the margin never replace each other: the first ones to fit stay. Over the epochs the
 snapshot comes to hold the outputs that save the most time per byte, and the rest are computed
 each time: an epoch's time falls in proportion to the work stored.
 
