@@ -24,7 +24,10 @@ it for one process, which counts every shard it sees.
 
 from __future__ import annotations
 
+import os
 import re
+import threading
+import time
 from typing import Any
 
 from dataflow.snapshot.shard import ENTRY
@@ -69,19 +72,71 @@ def parse_budget(budget: Any) -> int | None:
     return int(value)
 
 
+class CostClock:
+    """The seconds an output took to compute, as steady as the machine allows.
+
+    Wall-clock time counts the time a thread waited for a core: on a busy machine (the threads
+    of the stage after the snapshot, other jobs) one output in a few measures twice its cost,
+    and a budget that compares costs would replace outputs by others that only look costlier.
+    On Linux the time a thread spent runnable but waiting for a core is in
+    ``/proc/thread-self/schedstat`` (its second field, nanoseconds); it is taken away, so what
+    is left is the time computing or waiting for I/O (a real cost of recomputing). Elsewhere
+    the wall-clock time is used. And for each index the lowest cost measured so far in this
+    process counts: a cost is never higher than its quietest measurement."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._lowest: dict[int, float] = {}
+
+    def _waited(self) -> float:
+        fd = getattr(self._local, "fd", None)
+        if fd is None:
+            try:
+                fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+            except OSError:
+                fd = -1
+            self._local.fd = fd
+        if fd < 0:
+            return 0.0
+        try:
+            return int(os.pread(fd, 128, 0).split()[1]) / 1e9
+        except (OSError, IndexError, ValueError):
+            return 0.0
+
+    def measure(self, i: int, compute: Any) -> tuple[Any, float, bool]:
+        """``(compute(), its cost in seconds, whether index i was measured before)``: see the
+        class."""
+        waited, start = self._waited(), time.perf_counter()
+        value = compute()
+        seconds = time.perf_counter() - start - (self._waited() - waited)
+        before = self._lowest.get(i)
+        seconds = max(seconds, 0.0) if before is None else min(max(seconds, 0.0), before)
+        self._lowest[i] = seconds
+        return value, seconds, before is not None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CostClock, ())  # (a new one: its threads' files and measurements stay here)
+
+
+def by_density(stored: dict[int, tuple[float, int]]) -> list[tuple[int, tuple[float, int]]]:
+    """``stored.items()``, the cheapest per byte first (ties: the lower index)."""
+    return sorted(stored.items(), key=lambda kv: (kv[1][0] / max(kv[1][1], 1), kv[0]))
+
+
 def admit(size: int, seconds: float, free: int, stored: dict[int, tuple[float, int]],
-          margin: float = REPLACE_MARGIN, extra: int = 0) -> tuple[bool, list[int]]:
+          margin: float = REPLACE_MARGIN, extra: int = 0,
+          order: list[tuple[int, tuple[float, int]]] | None = None) -> tuple[bool, list[int]]:
     """Whether an output of ``size`` bytes that took ``seconds`` is stored, and which stored
     outputs (``{index: (seconds, bytes)}``) to discard for it: the cheapest per byte, and only
     those that it beats per byte by ``margin`` times or more. ``free``: the budget's bytes
     left. ``extra``: when some must go, discard more of those it beats while the room left
-    after it stays within ``extra`` bytes (room for the next ones: a compaction serves many)."""
+    after it stays within ``extra`` bytes (room for the next ones: a compaction serves many).
+    ``order``: ``by_density(stored)``, where the caller keeps it."""
     if size <= free:
         return True, []
     density = seconds / max(size, 1)
     victims: list[int] = []
-    for i, (s, b) in sorted(stored.items(), key=lambda kv: (kv[1][0] / max(kv[1][1], 1),
-                                                           kv[0])):
+    for i, (s, b) in by_density(stored) if order is None else order:
         if s / max(b, 1) * margin > density or (size <= free and free + b - size > extra):
             break
         victims.append(i)
@@ -105,10 +160,17 @@ class Budget:
         # budget refuses most outputs, each at the cost of a comparison
         self._cheapest = float("inf")
         self._seen: Any = None
+        # this process's evictable records ({index: (seconds, bytes)}) and by_density's order
+        # of them, as of the store's version ``_own_seen``
+        self._own: dict[int, tuple[float, int]] = {}
+        self._order: list[tuple[int, tuple[float, int]]] = []
+        self._own_seen: Any = None
 
-    def place(self, store: Any, size: int, seconds: float) -> bool:
+    def place(self, store: Any, size: int, seconds: float, evict: bool = True) -> bool:
         """Make room in ``store`` for a record of ``size`` bytes on disk that took ``seconds``
         (evicting this process's cheaper records and compacting its shards); whether it fits.
+        ``evict=False``: only free room is given (a cost measured once may be an outlier,
+        and a compaction rewrites the shards: only a cost measured again may evict).
         Meant as ``store.put``'s ``admit``, under the store's lock."""
         limit = self.limit
         if limit is None:
@@ -118,6 +180,9 @@ class Budget:
         used = store.disk_bytes()
         if used + size <= limit and density >= self.floor:
             return True
+        if not evict:
+            self.refused += 1
+            return False
         dead = store.dead_bytes()
         if used + size > limit + dead:  # victims needed: is any cheap enough? (no dict built)
             version = store.version()
@@ -126,9 +191,14 @@ class Budget:
             if density < REPLACE_MARGIN * self._cheapest:
                 self.refused += 1
                 return False
-        own = {i: (s, b + ENTRY.itemsize) for i, (s, b) in store.own_costs().items()}
+        version = store.version()
+        if version != self._own_seen:  # (most outputs of a full budget are refused here: the
+            # records and their order are built again only when they changed)
+            own = {i: (s, b + ENTRY.itemsize) for i, (s, b) in store.own_costs().items()}
+            self._own, self._order, self._own_seen = own, by_density(own), version
+        own = self._own
         ok, victims = admit(size, seconds, limit - used + dead, own,
-                            extra=int(limit * EVICT_BATCH))
+                            extra=int(limit * EVICT_BATCH), order=self._order)
         if not ok or (not victims and density < self.floor):
             self.refused += 1
             return False

@@ -25,7 +25,7 @@ import numpy as np
 from dataflow.base import DataFlow, RNGDataFlow
 from dataflow.errors import DataFlowError
 from dataflow.rng import derive_rng, path_of, stage_sequence
-from dataflow.snapshot.budget import Budget, parse_budget
+from dataflow.snapshot.budget import Budget, CostClock, parse_budget
 from dataflow.snapshot.determinism import (
     CHECK_INPUTS,
     NondeterministicError,
@@ -183,6 +183,7 @@ class SnapshotData(ReaderState, RNGDataFlow):
         self._reader: Any = None
         self._store: Any = None
         self._budget = Budget(self.budget)
+        self._clock = CostClock()  # (a budget's costs: steadier than the wall-clock time)
         self._verify_rng = np.random.default_rng()
         self._stats = self._zero_stats()
         self._checked = map_func is None or self._marker_exists()
@@ -301,17 +302,18 @@ class SnapshotData(ReaderState, RNGDataFlow):
                 stats["hits"] += 1
                 stats["bytes_read"] += _nbytes(value)
             return value
-        start = time.perf_counter()
-        value = self._compute(i)
-        seconds = time.perf_counter() - start
         if self.budget is None:
+            start = time.perf_counter()
+            value = self._compute(i)
+            seconds = time.perf_counter() - start
             stored = store.put(i, value, cost=seconds)
         else:
+            value, seconds, again = self._clock.measure(i, lambda: self._compute(i))
             place, lock = self._budget.place, self._lock
 
             def admit(size: int) -> Any:
                 with lock:  # one choice at a time: it reads and changes the stored costs
-                    return place(store, size, seconds)
+                    return place(store, size, seconds, evict=again)
 
             stored = store.put(i, value, cost=seconds, admit=admit)
         with self._lock:
@@ -395,7 +397,7 @@ class SnapshotData(ReaderState, RNGDataFlow):
 
     def _ahead(self, order: Any, start: int, n: int, workers: int) -> Iterator[Any]:
         """The outputs at positions ``start..n`` in order, computed by ``workers`` threads up
-        to ``2 * workers`` positions ahead of the reader (a miss is computed and stored by its
+        to ``8 * workers`` positions ahead of the reader (a miss is computed and stored by its
         thread; a hit is read there too). Closing it (a ``break``) waits for the positions in
         flight, so nothing is left writing."""
         from concurrent.futures import ThreadPoolExecutor
@@ -406,7 +408,7 @@ class SnapshotData(ReaderState, RNGDataFlow):
             try:
                 p = start
                 while p < n or pending:
-                    while p < n and len(pending) < 2 * workers:
+                    while p < n and len(pending) < 8 * workers:
                         pending.append(pool.submit(self._value, order[p]))
                         p += 1
                     yield pending.popleft().result()
