@@ -215,7 +215,7 @@ def test_a_consumer_drops_hostile_answers_of_its_dispatcher():
                     assert len(c) == c._config["n"]
             finally:
                 t.join()
-                dropped.append(c._dropped)
+                dropped.append(c._link.dropped)
                 c.close()
                 while router.poll(0):  # (a hello asked again, a goodbye)
                     router.recv_multipart()

@@ -150,7 +150,7 @@ def test_consumers_on_the_workers_machine_get_arrays_through_the_shared_ring():
                      seed=4) as svc:
         c = _consumer(svc.address)
         out = list(c)
-        through_rings = sum(ring.tail[0] for _name, ring in c._rings.values())
+        through_rings = sum(ring.tail[0] for _name, ring in c._link.rings.values())
         sent = svc.stats()["bytes_out"]
         c.close()
         # (the workers unlinked the names of the rings this consumer made)
@@ -160,7 +160,7 @@ def test_consumers_on_the_workers_machine_get_arrays_through_the_shared_ring():
                and dp[1].flags.writeable for dp in out)
     # the images went through the rings (bytes moved count them), not through the sockets
     images = 100 * 64 * 64 * 3
-    assert len(c._rings) == 0 and images <= through_rings < images * 1.1
+    assert len(c._link.rings) == 0 and images <= through_rings < images * 1.1
     assert through_rings < sent < through_rings + images // 10
     ref = df.MultiProcessMapDataZMQ(pipelines.source(100), 2, _image, strict=True,
                                     ordered=True, seed=4)

@@ -23,6 +23,7 @@ from dataflow.errors import DataFlowError, WorkerError
 from dataflow.policy import make_policy
 from dataflow.service import plan, protocol
 from dataflow.service.identity import identity_diff
+from dataflow.service.link import ServiceError, ServiceLink
 from dataflow.state import EpochCounter, check_state, mismatch
 from dataflow.validation import check_choice, check_seconds
 
@@ -35,15 +36,8 @@ DEFAULT_JOB = "default"
 HEARTBEAT = 0.25
 #: inputs asked of a worker in one request
 CHUNK = 4
-#: bytes of the shared ring a consumer makes for each worker on its machine (the arrays of
-#: the answers in flight from that worker; an answer that does not fit goes through the socket)
-RING_BYTES = 16 * 1024 * 1024
 #: the default bound of the bytes of outputs a consumer asks for or holds ahead
 PREFETCH_BYTES = 256 * 1024 * 1024
-
-
-class ServiceError(DataFlowError, ConnectionError):
-    """The service cannot be reached, refused this consumer, or closed."""
 
 
 def _refuse_dataloader_workers() -> None:
@@ -138,24 +132,17 @@ class ServiceData(EpochCounter, DataFlow):
         self.rank, self.world_size = 0, 1
         self._config: dict[str, Any] | None = None
         self._start = 0  # global positions consumed before this world size took over
-        self._ctx: Any = None
-        self._ctl: Any = None
-        self._socks: dict[str, Any] = {}  # a worker's address -> a socket connected to it
-        self._asked: set[str] = set()  # the workers this consumer asked something
-        self._rings: dict[str, tuple[str, Any]] = {}  # a worker's address -> its ring, if any
+        self._link = ServiceLink(address, self._server_key)
         self._received = 0
-        self._dropped = 0  # messages that did not match the protocol
         self._identity: dict[str, Any] | None = None  # the pipeline this consumer reads
         self._waited = 0.0
         self._bytes = 0
         self._t0 = time.monotonic()
-        self._pid = os.getpid()  # (the process its sockets belong to)
 
     def __getstate__(self) -> dict[str, Any]:
-        """A copy for another process (a DataLoader worker started by spawn): no sockets,
-        rings or connection; it connects there."""
-        return {**self.__dict__, "_ctx": None, "_ctl": None, "_socks": {}, "_asked": set(),
-                "_rings": {}, "_config": None, "_pid": None}
+        """A copy for another process (a DataLoader worker started by spawn): no connection
+        (its link carries no sockets); it connects there."""
+        return {**self.__dict__, "_config": None}
 
     # ---- connection ------------------------------------------------------------------------
 
@@ -164,7 +151,9 @@ class ServiceData(EpochCounter, DataFlow):
         to answer)."""
         from dataflow.streaming.source import world_from_env
 
-        self._forget_forked()
+        if self._link.pid != os.getpid():  # (a forked copy: it connects anew)
+            self._link.forget_forked()
+            self._config = None
         _refuse_dataloader_workers()
         rank, world = world_from_env()
         self.rank = rank if self._rank_arg is None else self._rank_arg
@@ -175,26 +164,13 @@ class ServiceData(EpochCounter, DataFlow):
         self._connect()
 
     def _connect(self) -> None:
-        import zmq
-
-        if self._ctx is None:
-            self._ctx = zmq.Context()
-        if self._ctl is None:
-            self._ctl = self._ctx.socket(zmq.DEALER)
-            self._ctl.setsockopt(zmq.LINGER, 0)
-            if self._server_key is not None:
-                protocol.curve_client(self._ctl, self._server_key)
-            self._ctl.connect(self.address)
+        self._link.open()
         self._send_ctl({"op": "hello"})
         self._config = self._await_config(self.timeout, first=True)
 
     def _send_ctl(self, msg: dict[str, Any]) -> None:
-        import zmq
-
-        msg = {**msg, "token": self.token, "job": self.job, "rank": self.rank,
-               "world_size": self.world_size}
-        with contextlib.suppress(zmq.Again):
-            self._ctl.send(protocol.encode(msg), zmq.NOBLOCK)
+        self._link.send({**msg, "token": self.token, "job": self.job, "rank": self.rank,
+                         "world_size": self.world_size})
 
     def _await_config(self, timeout: float, first: bool = False) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -210,75 +186,13 @@ class ServiceData(EpochCounter, DataFlow):
                     if first else
                     f"ServiceData: the DataService at {self.address} stopped answering for "
                     f"{timeout:g} s.")
-            if self._ctl.poll(int(min(left, 0.5) * 1000)):
-                msg = self._receive_ctl()
+            if self._link.ctl.poll(int(min(left, 0.5) * 1000)):
+                msg = self._link.receive()
                 if msg is not None and msg["op"] == "config":
                     self._check_identity(msg)
                     return msg
             elif first:  # (asked again: a service that restarted lost what it had queued)
                 self._send_ctl({"op": "hello"})
-
-    def _receive_ctl(self) -> dict[str, Any] | None:
-        try:
-            msg = protocol.decode(self._ctl.recv())
-            protocol.check(msg, "consumer")
-        except ValueError:
-            self._dropped += 1
-            return None
-        if msg["op"] == "refused":
-            raise ServiceError(f"ServiceData: the DataService at {self.address} refused this "
-                               f"consumer: {msg.get('error')}")
-        if msg["op"] == "closed":
-            raise ServiceError(f"ServiceData: the DataService at {self.address} closed while "
-                               "this consumer was reading.")
-        return msg
-
-    def _worker_sockets(self, config: dict[str, Any]) -> list[str]:
-        """Connect to the workers of ``config``; close sockets of workers no longer there
-        (a replaced worker, or every worker of a service that restarted, listens at another
-        address). Returns the live workers' addresses."""
-        import zmq
-
-        live = [str(addr) for _w, _g, addr in config["workers"]]
-        for addr in list(self._socks):
-            if addr not in live:
-                self._socks.pop(addr).close(linger=0)
-                self._drop_ring(addr)
-                self._asked.discard(addr)
-        for addr in live:
-            if addr not in self._socks:
-                sock = self._ctx.socket(zmq.DEALER)
-                sock.setsockopt(zmq.LINGER, 0)
-                if self._server_key is not None:
-                    protocol.curve_client(sock, self._server_key)
-                sock.connect(addr)
-                self._socks[addr] = sock
-        return live
-
-    def _new_ring(self, addr: str) -> None:
-        """A shared ring for the answers of a worker on this machine (one listening on an
-        abstract Unix socket): the worker maps it by name and unlinks it. Without shared
-        memory, the answers come through the socket."""
-        from dataflow.parallel.shared_memory import SHM_DIR, Ring, new_prefix, shm_available
-
-        self._drop_ring(addr)
-        if not addr.startswith("ipc://@") or not shm_available():
-            return
-        name = f"{new_prefix()}-ring"
-        try:
-            ring = Ring.create(os.path.join(SHM_DIR, name), RING_BYTES)
-        except OSError:
-            return
-        self._rings[addr] = (name, ring)
-
-    def _drop_ring(self, addr: str) -> None:
-        from dataflow.parallel.shared_memory import SHM_DIR
-
-        entry = self._rings.pop(addr, None)
-        if entry is not None:
-            with contextlib.suppress(OSError):  # (the worker unlinked it if it mapped it)
-                os.unlink(os.path.join(SHM_DIR, entry[0]))
-            entry[1].close()
 
     def _check_identity(self, config: dict[str, Any]) -> None:
         """The pipeline of this consumer's job at the address must be the one it read so far
@@ -352,7 +266,8 @@ class ServiceData(EpochCounter, DataFlow):
         where: dict[int, tuple[str, tuple[int, int]]] = {}  # position -> worker, item
         load: dict[str, int] = {}
         resend: list[tuple[int, int]] = []
-        live = self._worker_sockets(self._config or {})
+        link = self._link
+        live = link.workers(self._config or {})
         instance = (self._config or {}).get("instance")
         last_beat = last_answer = time.monotonic()
         poller, polled = zmq.Poller(), None  # (built at the first wait, with the sockets)
@@ -370,12 +285,10 @@ class ServiceData(EpochCounter, DataFlow):
                 w = min(order, key=lambda key: load.get(key, 0))
                 msg = {"op": "map", "token": self.token, "j": job,
                        "items": [[epoch, p, i] for p, i in chunk]}
-                if w not in self._asked:
-                    self._asked.add(w)
-                    self._new_ring(w)  # (a ring only for a worker that is asked)
-                if w in self._rings:
-                    msg["ring"] = self._rings[w][0]
-                self._socks[w].send(protocol.encode(msg))
+                ring = link.ring_name(w)
+                if ring is not None:
+                    msg["ring"] = ring
+                link.socks[w].send(protocol.encode(msg))
                 load[w] = load.get(w, 0) + len(chunk)
                 for p, i in chunk:
                     where[p] = (w, (p, i))
@@ -402,17 +315,17 @@ class ServiceData(EpochCounter, DataFlow):
                 if room > 0 and nxt < len(todo) and live:
                     ask(todo[nxt:nxt + room])
                     nxt = min(len(todo), nxt + room)
-                if polled is None or polled != (socks := tuple(self._socks.values())):
-                    socks = tuple(self._socks.values())
+                socks = tuple(link.socks.values())
+                if polled != socks:  # (the workers changed: poll the new sockets)
                     poller, polled = zmq.Poller(), socks
                     for sock in socks:
                         poller.register(sock, zmq.POLLIN)
-                    poller.register(self._ctl, zmq.POLLIN)
+                    poller.register(link.ctl, zmq.POLLIN)
                 t0 = time.monotonic()
                 events = dict(poller.poll(int(HEARTBEAT * 1000)))
                 self._waited += time.monotonic() - t0
                 now = time.monotonic()
-                for key, sock in list(self._socks.items()):
+                for key, sock in list(link.socks.items()):
                     if sock not in events:
                         continue
                     while True:
@@ -422,9 +335,9 @@ class ServiceData(EpochCounter, DataFlow):
                             break
                         self._take(frames, epoch, where, ready, load, key)
                         last_answer = now
-                if self._ctl in events:
-                    while self._ctl.poll(0):
-                        msg = self._receive_ctl()
+                if link.ctl in events:
+                    while link.ctl.poll(0):
+                        msg = link.receive()
                         if msg is None or msg["op"] != "config":
                             continue
                         # (the dispatcher's answers do not reset the timeout: it can answer
@@ -433,7 +346,7 @@ class ServiceData(EpochCounter, DataFlow):
                         self._config = msg
                         changed = msg.get("instance") != instance
                         instance = msg.get("instance")
-                        live = self._worker_sockets(msg)
+                        live = link.workers(msg)
                         # an input whose map call ended its worker's process twice is not
                         # asked again: it failed
                         for c_job, c_epoch, c_pos, c_index, count, cause in \
@@ -449,7 +362,7 @@ class ServiceData(EpochCounter, DataFlow):
                         # what was asked of workers that are gone (or of a service that
                         # restarted) is asked again
                         lost = [p for p, (w, _) in where.items()
-                                if changed or w not in self._socks]
+                                if changed or w not in link.socks]
                         for p in lost:
                             w, item = where.pop(p)
                             load[w] = max(0, load.get(w, 0) - 1)
@@ -489,13 +402,13 @@ class ServiceData(EpochCounter, DataFlow):
 
     def _take(self, frames: list[Any], epoch: int, where: dict, ready: dict, load: dict,
               key: str) -> None:
-        ring = self._rings.get(key)
+        ring = self._link.rings.get(key)
         released = ring[1].tail[0] if ring is not None else 0
         try:
             msg = protocol.decode_frames(frames, ring[1] if ring is not None else None)
             protocol.check(msg, "consumer")
         except ValueError:
-            self._dropped += 1
+            self._link.dropped += 1
             return
         # bytes in: the frames, and what the answer's arrays took in the shared ring
         size = sum(len(f) for f in frames)
@@ -503,7 +416,7 @@ class ServiceData(EpochCounter, DataFlow):
             size += ring[1].tail[0] - released
         self._bytes += size
         if msg.get("nr") and ring is not None:
-            self._new_ring(key)  # (the worker let the ring go: it was unused for long)
+            self._link.new_ring(key)  # (the worker let the ring go: it was unused for long)
         if msg["op"] == "err":
             p = msg["p"]
             if msg["e"] == epoch and p in where:  # (raised, or skipped, at its turn)
@@ -590,29 +503,12 @@ class ServiceData(EpochCounter, DataFlow):
             self._start = 0 if state["done"] else plan.consumed(start, pos, world)
             self.restore_epoch({**state, "pos": 0})
 
-    def _forget_forked(self) -> None:
-        """In a forked copy, forget the parent's sockets and rings (never use or close them:
-        they are the parent's)."""
-        if self._pid != os.getpid():
-            self._ctx, self._ctl, self._socks, self._asked, self._rings = None, None, {}, set(), {}
-            self._config, self._pid = None, os.getpid()
-
     def close(self) -> None:
-        self._forget_forked()
-        if self._ctl is not None:  # (no longer reading: its world size no longer counts)
+        self._link.forget_forked()
+        if self._link.ctl is not None:  # (no longer reading: its world size no longer counts)
             with contextlib.suppress(Exception):
                 self._send_ctl({"op": "bye"})
-        for sock in self._socks.values():
-            sock.close(linger=0)
-        self._socks.clear()
-        for addr in list(self._rings):
-            self._drop_ring(addr)
-        if self._ctl is not None:
-            self._ctl.close(linger=0)
-            self._ctl = None
-        if self._ctx is not None:
-            self._ctx.term()
-            self._ctx = None
+        self._link.close()
         self._config = None
 
     def __del__(self) -> None:
@@ -639,15 +535,15 @@ class ServiceData(EpochCounter, DataFlow):
 
     def _service_stats(self, timeout: float) -> dict[str, Any] | None:
         """The dispatcher's ``stats()``, or None if it does not answer within ``timeout``."""
-        if self._ctl is None:
+        if self._link.ctl is None:
             return None
         self._send_ctl({"op": "stats"})
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
-            if not self._ctl.poll(int(left * 1000)):
+            if not self._link.ctl.poll(int(left * 1000)):
                 return None
             try:
-                msg = self._receive_ctl()
+                msg = self._link.receive()
             except ServiceError:
                 return None
             if msg is not None and msg["op"] == "stats":
