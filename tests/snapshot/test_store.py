@@ -172,7 +172,7 @@ def test_index_counters_costs_and_a_stored_drop(tmp_path):
                                  "bytes_read": 64, "hits": 1, "misses": 1, "corrupted": 0,
                                  "shards": 1}
     info = json.loads((tmp_path / "k" / "meta.json").read_text())
-    assert info == {"format": 1, "size": 4, "library": info["library"], "meta": {"key": "abc"}}
+    assert info == {"format": 2, "size": 4, "library": info["library"], "meta": {"key": "abc"}}
     with SnapshotStore(tmp_path / "k", 4) as store:
         assert store.costs() == {0: (0.5, n0), 1: (2.0, n1), 2: (0.0, 128), 3: (0.0, 128)}
         assert store.info["meta"] == {"key": "abc"}

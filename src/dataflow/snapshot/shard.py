@@ -6,8 +6,11 @@ A shard has one writer (one process), which only appends; any process reads it. 
     header (64 bytes) | payload | zero padding to a multiple of 64
 
 The header (little-endian) is ``magic "DFS1" | u8 kind | u8 codec | u16 0 | u64 index |
-u64 payload length | u64 decoded length | f64 cost | u32 payload CRC-32 | u32 header CRC-32``
-(the last over the 44 bytes before it), then zeros. ``kind`` is a record or a *tombstone*
+u64 payload length | u64 decoded length | f64 cost | u32 payload checksum | u32 header CRC-32``
+(the last over the 44 bytes before it), then zeros. The payload's checksum is the low 32 bits
+of its XXH3-64 hash (``xxhash``): it runs at memory speed (~10 GB/s, where zlib's CRC-32 runs
+at ~1 GB/s here), so that checking a record on its first read in a process costs a small part
+of what decoding it again would. ``kind`` is a record or a *tombstone*
 (whose payload names a record, ``"<shard name>\\n<offset>"``, that readers must forget).
 ``codec`` is how the payload is compressed (none, lz4, zstd: a payload is stored compressed
 only if that makes it at least 10% smaller).
@@ -38,6 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from dataflow._version import __version__
 from dataflow.serialize._atomic_write import atomic_output
@@ -49,9 +53,9 @@ __all__ = ["COMPRESSED_AT_MOST", "ENTRY", "FORMAT_VERSION", "HEADER", "KIND_RECO
            "frame_tombstone", "header_bytes", "header_ok", "index_bytes", "is_full_error",
            "meta_dict", "open_meta", "shard_names"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # (1: payloads checked by CRC-32)
 META = "meta.json"
-MAGIC = b"DFS1"
+MAGIC = b"DFS2"
 INDEX_MAGIC = b"DFSI"
 INDEX_VERSION = 1
 SUFFIX = ".shard"
@@ -111,9 +115,7 @@ class Payload:
         """The header (with the payload's CRC-32, computed here), the payload's buffers
         (padding included) and the size on disk."""
         parts = list(self.parts)
-        crc = 0
-        for p in parts:
-            crc = zlib.crc32(p, crc)
+        crc = payload_checksum(parts)
         pad = align(self.plen) - self.plen
         if pad:
             parts.append(bytes(pad))
@@ -135,8 +137,18 @@ def frame_tombstone(index: int, shard: str, offset: int) -> tuple[bytes, list[An
     target = f"{shard}\n{offset}".encode()
     pad = bytes(align(len(target)) - len(target))
     head = header_bytes(KIND_TOMBSTONE, 0, index, len(target), len(target), 0.0,
-                        zlib.crc32(target))
+                        payload_checksum([target]))
     return head, [target, pad], ALIGN + len(target) + len(pad)
+
+
+def payload_checksum(parts: Sequence[Any]) -> int:
+    """The checksum of a payload made of ``parts`` (buffers): the low 32 bits of XXH3-64."""
+    if len(parts) == 1:
+        return xxhash.xxh3_64_intdigest(parts[0]) & 0xFFFFFFFF
+    h = xxhash.xxh3_64()
+    for p in parts:
+        h.update(p)
+    return h.intdigest() & 0xFFFFFFFF
 
 
 def header_ok(buf: Any, off: int) -> bool:
@@ -341,7 +353,7 @@ class ShardReader:
         if ALIGN + align(plen) != size:
             return "its length does not match the index"
         with memoryview(mm) as view:
-            if zlib.crc32(view[off + ALIGN: off + ALIGN + plen]) != crc:
+            if payload_checksum([view[off + ALIGN: off + ALIGN + plen]]) != crc:
                 return "its payload fails its checksum"
         return ""
 
