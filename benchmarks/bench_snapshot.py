@@ -349,8 +349,13 @@ def main() -> None:
     runs: dict[str, list[dict]] = {}
     for r in range(args.rounds):
         for impl in args.only or IMPLS:
-            res = run_impl(script, impl, "--images", str(args.images), "--epochs",
-                           str(args.epochs), "--size", args.size, timeout=1800)
+            try:
+                res = run_impl(script, impl, "--images", str(args.images), "--epochs",
+                               str(args.epochs), "--size", args.size, timeout=1800)
+            except RuntimeError as e:  # (one pipeline's failure is reported, the rest run)
+                print(f"round {r + 1} {impl}: FAILED {str(e)[-2000:]}", file=sys.stderr,
+                      flush=True)
+                continue
             runs.setdefault(impl, []).append(res)
             print(f"round {r + 1} {impl}: {json.dumps(res)}", file=sys.stderr, flush=True)
 
