@@ -239,29 +239,12 @@ def run_tfdata(impl: str, path: Path, n: int, epochs: int, large: bool) -> dict:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def cpu_seconds() -> float:
-    """CPU seconds of this process and of every descendant, alive or reaped."""
-    import resource
-
-    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
-        resource.RUSAGE_CHILDREN)
-    total = me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-    import psutil
-
-    for child in psutil.Process().children(recursive=True):
-        try:
-            t = child.cpu_times()
-            total += t.user + t.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
-
-
 def run_sweep(impl: str, path: Path, n: int, large: bool) -> dict:
     """CPU-seconds per delivered image of SWEEP_JOBS jobs reading SWEEP_EPOCHS epochs each."""
     import cv2
 
     import dataflow as df
+    from bench_service import cpu_seconds
     from dataflow.serialize import LMDBSerializer
 
     cv2.setNumThreads(1)

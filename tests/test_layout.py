@@ -25,8 +25,8 @@ CORE = {"base", "state", "rng", "_global_rng", "errors", "validation", "policy",
 TOP = {"__init__", "__main__", "demo", "torch", "jax", "_legacy"}
 #: folder (or root group) -> its layer; a higher number may import a lower one
 LAYERS = {"core": 0, "jpeg": 1, "imgaug": 2, "wrappers": 3, "parallel": 4, "serialize": 5,
-          "streaming": 6, "snapshot": 6, "dataset": 7, "ray": 7, "input_source": 7, "service": 8, "top": 9,
-          "utils": 10}
+          "streaming": 6, "snapshot": 6, "dataset": 7, "ray": 7, "input_source": 7, "service": 8,
+          "top": 9, "utils": 10}
 #: the parallel engine's back ends: each imports the shared engine modules, never another
 #: back end (nor tuning, which builds them)
 BACK_ENDS = {"dataflow.parallel.thread", "dataflow.parallel.process", "dataflow.parallel.zmq_map",

@@ -6,10 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -17,8 +14,7 @@ from dataflow.errors import ErrorBudgetError, StateMismatchError, WorkerError
 from dataflow.service import DataService, ServiceData, ServiceError
 from tests.helpers import free_port, wait_until
 from tests.service import pipelines
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.service.helpers import serve
 
 
 def _consumer(address, rank=0, world=1, **kw):
@@ -34,16 +30,6 @@ def _read(c, got, on_item=None):
             on_item(k)
 
 
-def _serve(address, env):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dataflow", "serve", "tests.service.pipelines:make",
-         "--address", address], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, **env})
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == f"serving tests.service.pipelines:make at {address}\n"
-    return proc
-
-
 def _stop(proc):
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -54,7 +40,7 @@ def _stop(proc):
 def test_another_pipeline_restarted_at_the_address_is_an_error_not_mixed_data():
     address = f"tcp://127.0.0.1:{free_port()}"
     env = {"SVC_N": "200", "SVC_SLEEP": "0.005", "SVC_SEED": "5"}
-    procs = [_serve(address, env)]
+    procs = [serve(address, env)]
     try:
         c = _consumer(address)
         got: list[int] = []
@@ -63,7 +49,7 @@ def test_another_pipeline_restarted_at_the_address_is_an_error_not_mixed_data():
             if k == 20:  # (another seed this time)
                 os.kill(procs[0].pid, signal.SIGKILL)
                 procs[0].wait(timeout=10)
-                procs.append(_serve(address, {**env, "SVC_SEED": "6"}))
+                procs.append(serve(address, {**env, "SVC_SEED": "6"}))
 
         with pytest.raises(ServiceError, match=rf"the DataService at {address} now serves "
                            r"another pipeline for job 'default' than the one this consumer "

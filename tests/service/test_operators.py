@@ -20,6 +20,7 @@ from dataflow.errors import DataFlowError
 from dataflow.service import DataService, ServiceData, ServiceError
 from tests.helpers import free_port, timed
 from tests.service import pipelines
+from tests.service.helpers import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,19 +56,10 @@ def test_live_consumers_of_a_job_with_another_world_size_are_refused():
     assert len(rest) == 19
 
 
-def _serve(address, env, target="tests.service.pipelines:make"):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dataflow", "serve", target, "--address", address], cwd=ROOT,
-        stdout=subprocess.PIPE, text=True, env={**os.environ, **env})
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == f"serving {target} at {address}\n"
-    return proc
-
-
 def test_a_graceful_redeploy_is_transparent_to_idle_and_reading_consumers():
     address = f"tcp://127.0.0.1:{free_port()}"
     env = {"SVC_N": "120", "SVC_SLEEP": "0.004"}
-    procs = [_serve(address, env)]
+    procs = [serve(address, env)]
     try:
         ref = _consumer(address)
         want = [[list(dp) for dp in ref] for _ in range(2)]
@@ -80,7 +72,7 @@ def test_a_graceful_redeploy_is_transparent_to_idle_and_reading_consumers():
             if k == 40:  # SIGTERM (as an orchestrator does), then the new version
                 procs[0].send_signal(signal.SIGTERM)
                 assert procs[0].wait(timeout=30) == 0
-                procs.append(_serve(address, env))
+                procs.append(serve(address, env))
 
         got, _stall = timed((list(dp) for dp in reading), redeploy)
         assert got == want[0]

@@ -24,6 +24,7 @@ from dataflow.errors import WorkerError
 from dataflow.service import DataService, ServiceData, ServiceError
 from tests.helpers import free_port, timed, wait_until
 from tests.service import pipelines
+from tests.service.helpers import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -273,21 +274,10 @@ def test_all_ranks_restarted_with_another_world_size():
     assert nxt == [30, 30, 30]
 
 
-def _serve(address, env):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dataflow", "serve", "tests.service.pipelines:make",
-         "--address", address], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-        env={**os.environ, **env})
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line == f"serving tests.service.pipelines:make at {address}\n", line
-    return proc
-
-
 def test_the_dispatcher_killed_and_started_again_on_its_address():
     address = f"tcp://127.0.0.1:{free_port()}"
     env = {"SVC_N": "200", "SVC_SLEEP": "0.005"}
-    proc = _serve(address, env)
+    proc = serve(address, env)
     procs = [proc]
     try:
         ref = _consumer(address)
@@ -301,7 +291,7 @@ def test_the_dispatcher_killed_and_started_again_on_its_address():
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=10)
                 proc.stdout.close()
-                procs.append(_serve(address, env))  # the same address again
+                procs.append(serve(address, env))  # the same address again
                 restarted.append(time.monotonic())
 
         got, stall = timed((list(dp) for dp in c), kill)
@@ -319,7 +309,7 @@ def test_the_dispatcher_killed_and_started_again_on_its_address():
 
 def test_serve_prints_its_address_and_status_reads_it():
     address = f"tcp://127.0.0.1:{free_port()}"
-    proc = _serve(address, {"SVC_N": "30"})
+    proc = serve(address, {"SVC_N": "30"})
     try:
         c = _consumer(address)
         assert len(list(c)) == 30
