@@ -390,9 +390,10 @@ class SnapshotData(ReaderState, RNGDataFlow):
             self._end(token)
 
     def _workers(self) -> int:
-        if self.num_workers == "auto":
-            return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-                os.cpu_count() or 1)
+        if self.num_workers == "auto":  # (the cores this process may use: affinity, quota)
+            from dataflow.parallel.autotuning.budget import cpu_budget
+
+            return cpu_budget().cores
         return int(self.num_workers)
 
     def _ahead(self, order: Any, start: int, n: int, workers: int) -> Iterator[Any]:
