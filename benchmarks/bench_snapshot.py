@@ -48,6 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import bench_e2e
 from bench_e2e import EIGVAL, EIGVEC, lmdb_path, make_data
 
 BATCH = 64
@@ -91,15 +92,9 @@ class Augment:
     """The random part: GoogleNet's crop to 224, a flip, PCA lighting (uint8 out)."""
 
     def __init__(self) -> None:
-        import numpy as np
-
         from dataflow import imgaug
 
-        self.augs = imgaug.AugmentorList([
-            imgaug.GoogleNetRandomCropAndResize(),
-            imgaug.Flip(horiz=True),
-            imgaug.Lighting(0.1, np.asarray(EIGVAL), np.asarray(EIGVEC)),
-        ])
+        self.augs = bench_e2e.DecodeAugment(imgaug).augs  # (the same augmentors as bench_e2e's)
 
     def __call__(self, dp):
         import numpy as np
