@@ -154,21 +154,20 @@ def _epoch(flow):
         flow.close()
 
 
+def _served_epoch(ds, shuffle):
+    """One epoch of ``ds`` served by a DataService of two workers to one consumer."""
+    with DataService(ds, _label, num_workers=2, seed=5, shuffle=shuffle) as svc:
+        client = ServiceData(svc.address, rank=0, world_size=1, timeout=30)
+        client.reset_state()
+        try:
+            return list(client)
+        finally:
+            client.close()
+
+
 def test_a_data_service_over_it_serves_an_exact_epoch(shards):
     ds = TarShardData(shards)
-    with DataService(ds, _label, num_workers=2, seed=5, shuffle=False) as svc:
-        client = ServiceData(svc.address, rank=0, world_size=1, timeout=30)
-        client.reset_state()
-        try:
-            got = list(client)
-        finally:
-            client.close()
+    got = _served_epoch(ds, shuffle=False)
     assert got == [[i, f"s{i:05d}"] for i in range(11)]
-    with DataService(ds, _label, num_workers=2, seed=5, shuffle=True) as svc:
-        client = ServiceData(svc.address, rank=0, world_size=1, timeout=30)
-        client.reset_state()
-        try:
-            shuffled = list(client)
-        finally:
-            client.close()
+    shuffled = _served_epoch(ds, shuffle=True)
     assert shuffled != got and sorted(shuffled) == got  # each sample once, in another order
