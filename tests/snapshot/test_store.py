@@ -9,6 +9,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -232,6 +233,20 @@ def test_shards_roll_over_and_drop_deletes_every_record(tmp_path):
         other.refresh()
         assert other.get(3) == (True, "new")
         other.close()
+
+
+def test_rolled_shards_are_sealed_in_the_background_and_close_waits_for_them(tmp_path):
+    store = SnapshotStore(tmp_path / "k", 10, shard_bytes=1000)
+    for i in range(10):
+        store.put(i, np.full(300, i, np.uint8))
+    store.close()
+    assert [t.name for t in threading.enumerate() if t.name == "dataflow-snapshot-seal"] == []
+    names = sorted(n for n in os.listdir(tmp_path / "k") if n.endswith(".shard"))
+    assert len(names) == 4
+    assert sorted(os.listdir(tmp_path / "k")) == sorted(
+        ["meta.json", *names, *(n.replace(".shard", ".idx") for n in names)])
+    with SnapshotStore(tmp_path / "k", 10) as other:  # (read from the four indexes)
+        assert [int(other.get(i)[1][0]) for i in range(10)] == list(range(10))
 
 
 def test_discard_forgets_a_record_in_every_process(tmp_path):
