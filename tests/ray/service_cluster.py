@@ -28,6 +28,10 @@ The scenarios, in order (the last one kills a node, so it runs last):
   actor's process, exit, raise, or give outputs that cannot travel); two ranks of 2 read their
   epoch with ``on_error="skip"`` and ``prefetch=2`` (their outputs, what rank 1 skipped, the
   restarts, the items of each worker);
+* ``identity``: a consumer reads 20 outputs of a service at a fixed address (its state saved
+  after 10), then the service is closed as a redeploy (``tell_consumers=False``, what ``serve``
+  does on SIGTERM) and one with another seed started at the address: what
+  the consumer raises as it reads on, and what a new consumer raises loading the saved state;
 * ``dispatcher_loss``: a service at a fixed address (a free port of 127.0.0.1); a reference
   epoch; then after :data:`KILL_AT` outputs of a consumer's epoch the dispatcher actor's
   process is SIGKILLed (the consumer reads on meanwhile, in vain), and, once it is gone, a new
@@ -75,7 +79,7 @@ RESIZE_AT = 10
 SHARE_WINDOW = 2.0
 #: datapoints of each scenario's service
 SIZES = {"share": 60, "restore": 120, "resize": 90, "jobs": 1000, "policy": 60,
-         "dispatcher_loss": 200, "node_loss": 300}
+         "identity": 200, "dispatcher_loss": 200, "node_loss": 300}
 #: the seed of job "b" of ``jobs`` (the service's own is 5, as everywhere here)
 JOB_B_SEED = 2
 #: the environment variable that marks the processes of a run (the test looks for them after)
@@ -171,13 +175,13 @@ def _node_of(cluster: Any, pid: int) -> str | None:
     return next((n for n in cluster.node_ids if pid in cluster.processes(n)), None)
 
 
-def _service(cluster: Any, scenario: str, workers: int = 2, **kw: Any) -> Any:
+def _service(cluster: Any, scenario: str, workers: int = 2, seed: int = 5, **kw: Any) -> Any:
     """A service of ``SIZES[scenario]`` datapoints (seed 5) on the cluster, not started."""
     from dataflow.service import DataService
     from tests.service import pipelines
 
     return DataService(pipelines.source(SIZES[scenario]), pipelines.tag, backend="ray",
-                       num_workers=workers, seed=5, ray_address=cluster.address, **kw)
+                       num_workers=workers, seed=seed, ray_address=cluster.address, **kw)
 
 
 def _consumer(address: str, rank: int = 0, world: int = 1, **kw: Any) -> Any:
@@ -343,6 +347,41 @@ def policy(cluster: Any) -> dict[str, Any]:
             "restarts": stats["restarts"], "worker_items": items}
 
 
+def identity(cluster: Any) -> dict[str, Any]:
+    from dataflow.errors import StateMismatchError
+    from dataflow.service import ServiceError
+    from tests.helpers import free_port
+
+    address = f"tcp://127.0.0.1:{free_port()}"
+    services = [_service(cluster, "identity", address=address).start()]
+    report: dict[str, Any] = {"address": address, "got": 0}
+    try:
+        c = _consumer(address)
+        state = None
+        try:
+            for k, _dp in enumerate(c):
+                report["got"] = k + 1
+                if k == 9:
+                    state = json.loads(json.dumps(c.state_dict()))
+                if k == 19:  # a redeploy with another seed, while this consumer reads
+                    services[0].close(tell_consumers=False)
+                    services.append(_service(cluster, "identity", address=address,
+                                             seed=6).start())
+        except ServiceError as e:
+            report["live_error"] = str(e)
+        c.close()
+        fresh = _consumer(address)
+        try:
+            fresh.load_state_dict(state)
+        except StateMismatchError as e:
+            report["state_error"] = str(e)
+        fresh.close()
+    finally:
+        for svc in services:
+            svc.close()
+    return report
+
+
 def dispatcher_loss(cluster: Any) -> dict[str, Any]:
     import ray
     from tests.helpers import free_port
@@ -430,7 +469,7 @@ def node_loss(cluster: Any) -> dict[str, Any]:
 
 #: the scenarios, in the order they run (``node_loss`` leaves the cluster a node short)
 SCENARIOS = {"share": share, "restore": restore, "resize": resize, "jobs": jobs,
-             "policy": policy,
+             "policy": policy, "identity": identity,
              "dispatcher_loss": dispatcher_loss, "node_loss": node_loss}
 
 

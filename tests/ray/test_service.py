@@ -6,11 +6,12 @@ figures, a worker's process killed, and nothing left after ``close()``. On a thr
 already the local Ray's driver), what ``tests/service`` asks of the process back end: two ranks
 sharing an epoch; a consumer process killed mid-epoch and restarted from its saved state while
 another rank reads on; all ranks restarted with another world size; two jobs on one pool, each
-exact, with equal shares; the dispatcher actor killed mid-epoch and a new service started at its
-address; a worker's node killed mid-epoch. Each fault counts what its consumers missed and
-received twice (both 0) and bounds their longest stall. Every service listens on 127.0.0.1 only
-and is closed by its test. (A consumer at an address where nothing serves is the process back
-end's test: the consumer is the same whatever the back end.)"""
+exact, with equal shares; another pipeline (another seed) started at a consumer's address,
+refused live and at ``load_state_dict``; the dispatcher actor killed mid-epoch and a new
+service started at its address; a worker's node killed mid-epoch. Each fault counts what its
+consumers missed and received twice (both 0) and bounds their longest stall. Every service
+listens on 127.0.0.1 only and is closed by its test. (A consumer at an address where nothing
+serves is the process back end's test: the consumer is the same whatever the back end.)"""
 
 from __future__ import annotations
 
@@ -379,6 +380,21 @@ def test_poison_inputs_are_skipped_alike_on_three_nodes(cluster_report):
     assert report["skipped"] == 6
     assert report["restarts"] == 2  # (11 ended two actors' processes, never asked a third time)
     assert min(report["worker_items"]) > 0  # (prefetch 2: every worker asked)
+
+
+@pytest.mark.slow
+def test_another_pipeline_at_the_address_is_an_error_on_three_nodes(cluster_report):
+    report = cluster_report["identity"]
+    address = report["address"]
+    assert address.startswith("tcp://127.0.0.1:")
+    # the outputs received before the error are the first pipeline's (those it had sent when it
+    # was closed), never the other's
+    assert 20 <= report["got"] < 200
+    assert report["live_error"].startswith(
+        f"ServiceData: the DataService at {address} now serves another pipeline for job "
+        "'default' than the one this consumer read (seed: 5 -> 6)")
+    assert "serves another pipeline than the saved run's (seed: 5 -> 6)" in report[
+        "state_error"]
 
 
 @pytest.mark.slow

@@ -170,8 +170,8 @@ class _ServiceHost:
     def pids(self) -> list[int]:
         return self.service.worker_pids()
 
-    def close(self) -> None:
-        self.service.close()
+    def close(self, tell_consumers: bool = True) -> None:
+        self.service.close(tell_consumers=tell_consumers)
 
     def lifetime(self) -> None:
         threading.Event().wait()
@@ -244,15 +244,16 @@ class RemoteService:
     def pids(self) -> list[int]:
         return list(self._call("pids", CALL_TIMEOUT))
 
-    def close(self) -> None:
-        """Close the hosted service (it tells its consumers and stops its workers), then end
-        the actor and wait until it is gone; leave Ray if this service joined it."""
+    def close(self, tell_consumers: bool = True) -> None:
+        """Close the hosted service (it tells its consumers, unless ``tell_consumers`` is
+        False for a redeploy, and stops its workers), then end the actor and wait until it is
+        gone; leave Ray if this service joined it."""
         from dataflow.ray._session import release_ray
 
         ray, actor, self.actor = self._ray, self.actor, None
         if actor is not None and ray.is_initialized():
             with contextlib.suppress(Exception):
-                ray.get(actor.close.remote(), timeout=CALL_TIMEOUT)
+                ray.get(actor.close.remote(tell_consumers), timeout=CALL_TIMEOUT)
             with contextlib.suppress(Exception):
                 ray.kill(actor, no_restart=True)
             with contextlib.suppress(Exception):

@@ -338,7 +338,7 @@ class DataService:
         if self.metrics is not None:
             self.metrics.close()
         if self._remote is not None:
-            self._remote.close()
+            self._remote.close(tell_consumers)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
