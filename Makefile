@@ -56,11 +56,17 @@ jpeg-build-deps:
 demo: $(DEMO_STAMP)
 	$(DEMO_PY) -m dataflow demo
 
-# DATAFLOW_EXPECT_JPEG_EXT: tests/test_jpeg.py fails if dataflow.jpeg._jpeg did not build
+# DATAFLOW_EXPECT_JPEG_EXT: tests/test_jpeg.py fails if dataflow.jpeg._jpeg did not build.
+# Two pytest processes: the tests that load TensorFlow, PyTorch, JAX or Ray into the test process
+# (marked loads_frameworks, see tests/conftest.py) run in the second, so that the first, which
+# never imports them, not even to collect those tests, forks its worker processes ~3x faster.
+# A plain `pytest` runs the same tests in one process (the framework tests last), only slower.
+FRAMEWORK_DIRS := $(addprefix --ignore=tests/,bridges input_source ray ray_cluster)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy src
-	DATAFLOW_EXPECT_JPEG_EXT=1 $(PY) -m pytest -q
+	DATAFLOW_EXPECT_JPEG_EXT=1 $(PY) -m pytest -q -m "not loads_frameworks" $(FRAMEWORK_DIRS)
+	DATAFLOW_EXPECT_JPEG_EXT=1 $(PY) -m pytest -q -m loads_frameworks
 
 # The wheel is built from the sdist (python -m build), with DATAFLOW_REQUIRE_JPEG_EXT=1 so that a
 # wheel without the fast path is an error, then repaired: auditwheel copies the libjpeg it links

@@ -58,6 +58,7 @@ def _remove_session_tmp() -> None:
 atexit.register(_remove_session_tmp)
 
 import multiprocessing.process  # noqa: E402  (after the handler above, see there)
+import sys  # noqa: E402
 import time  # noqa: E402
 
 import psutil  # noqa: E402
@@ -141,3 +142,41 @@ def _no_child_process_left(request):
             except psutil.NoSuchProcess:
                 pass
         pytest.fail(f"test left {len(children)} child process(es) running: {desc}")
+
+
+# ---- the order: tests that load a framework into this process run last ----------------------
+# TensorFlow, PyTorch, JAX and Ray make this process large (over 1 GB): once one is loaded,
+# every worker process a later test forks starts ~3x slower (the parent's page tables are
+# copied), and most tests fork workers. So the tests that load one (those under FRAMEWORK_DIRS,
+# which are marked ``loads_frameworks`` here, and the others marked so) run after all the
+# others, in their own order. ``make test`` runs them in a second pytest process (collecting the
+# modules of FRAMEWORK_DIRS imports the frameworks). A test that is not marked and loads one
+# fails, naming the marker.
+FRAMEWORKS = ("tensorflow", "torch", "jax", "ray")
+FRAMEWORK_DIRS = ("bridges", "input_source", "ray", "ray_cluster")
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _loads_frameworks(item: pytest.Item) -> bool:
+    return item.get_closest_marker("loads_frameworks") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if os.path.relpath(str(item.path), _TESTS).split(os.sep)[0] in FRAMEWORK_DIRS:
+            item.add_marker(pytest.mark.loads_frameworks)
+    items.sort(key=_loads_frameworks)  # (stable: each part keeps its order)
+
+
+@pytest.fixture(autouse=True)
+def _frameworks_load_last(request):
+    if _loads_frameworks(request.node):
+        yield
+        return
+    before = {m for m in FRAMEWORKS if m in sys.modules}
+    yield
+    loaded = [m for m in FRAMEWORKS if m in sys.modules and m not in before]
+    if loaded:
+        pytest.fail(f"this test loaded {loaded} into the test process: mark it "
+                    "@pytest.mark.loads_frameworks, so that it runs after the tests that fork "
+                    "workers (a process holding a framework forks them ~3x slower)")

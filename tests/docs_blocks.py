@@ -208,6 +208,13 @@ def in_subprocess(source: str) -> bool:
     return "import jax" in source
 
 
+def loads_frameworks(source: str) -> bool:
+    """Blocks that load PyTorch or TensorFlow into the test process: they run after the other
+    tests (see ``tests/conftest.py``)."""
+    return not in_subprocess(source) and re.search(
+        r"\b(torch|tensorflow|dataflow\.input_source)\b", source) is not None
+
+
 def run_in_subprocess(path: str, line: int, workdir: Path) -> None:
     """Run the block of ``path`` at ``line`` in a fresh interpreter (see :func:`main`)."""
     import subprocess

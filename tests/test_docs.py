@@ -28,8 +28,10 @@ def test_every_substitution_still_matches_its_block():
     assert len(BLOCKS) >= 15 and {f for f, _, _ in BLOCKS} >= {"README.md", "docs/state.md"}
 
 
-@pytest.mark.parametrize(("path", "line", "source"), BLOCKS,
-                         ids=[f"{f}:{line}" for f, line, _ in BLOCKS])
+@pytest.mark.parametrize(("path", "line", "source"), [
+    pytest.param(*b, id=f"{b[0]}:{b[1]}",
+                 marks=[pytest.mark.loads_frameworks] if docs_blocks.loads_frameworks(b[2]) else [])
+    for b in BLOCKS])
 def test_code_block_runs(path, line, source, workdir, tmp_path, capsys):
     # each block in its own directory, with the shared train.lmdb
     (tmp_path / "train.lmdb").symlink_to(workdir / "train.lmdb")

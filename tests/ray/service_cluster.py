@@ -28,6 +28,9 @@ The scenarios, in order (the last one kills a node, so it runs last):
   actor's process, exit, raise, or give outputs that cannot travel); two ranks of 2 read their
   epoch with ``on_error="skip"`` and ``prefetch=2`` (their outputs, what rank 1 skipped, the
   restarts, the items of each worker);
+* ``resources``: 3 workers, one consumer with ``prefetch=1`` (the items each worker mapped);
+  then 2 workers mapping outputs of one MB for a slow consumer with ``prefetch=64`` and
+  ``prefetch_bytes=4 MB`` (how far the workers were ahead of it, every 8 outputs);
 * ``identity``: a consumer reads 20 outputs of a service at a fixed address (its state saved
   after 10), then the service is closed as a redeploy (``tell_consumers=False``, what ``serve``
   does on SIGTERM) and one with another seed started at the address: what
@@ -79,7 +82,7 @@ RESIZE_AT = 10
 SHARE_WINDOW = 2.0
 #: datapoints of each scenario's service
 SIZES = {"share": 60, "restore": 120, "resize": 90, "jobs": 1000, "policy": 60,
-         "identity": 200, "dispatcher_loss": 200, "node_loss": 300}
+         "resources": 60, "identity": 200, "dispatcher_loss": 200, "node_loss": 300}
 #: the seed of job "b" of ``jobs`` (the service's own is 5, as everywhere here)
 JOB_B_SEED = 2
 #: the environment variable that marks the processes of a run (the test looks for them after)
@@ -347,6 +350,33 @@ def policy(cluster: Any) -> dict[str, Any]:
             "restarts": stats["restarts"], "worker_items": items}
 
 
+def resources(cluster: Any) -> dict[str, Any]:
+    from dataflow.service import DataService
+    from tests.service import pipelines
+
+    report: dict[str, Any] = {}
+    with DataService(pipelines.source(SIZES["resources"]), pipelines.tag, backend="ray",
+                     num_workers=3, seed=5, shuffle=False,
+                     ray_address=cluster.address) as svc:
+        c = _consumer(svc.address, prefetch=1)
+        report["spread_outputs"] = [dp[0] for dp in c]
+        c.close()
+        time.sleep(1.0)  # (the figures of the workers are read every 0.25 s)
+        report["spread_items"] = [w["items"] for w in svc.stats()["workers"]]
+    with DataService(pipelines.source(40), pipelines.megabyte, backend="ray", num_workers=2,
+                     seed=5, shuffle=False, ray_address=cluster.address) as svc:
+        c = _consumer(svc.address, prefetch=64, prefetch_bytes=4 << 20)
+        ahead, sizes = [], set()
+        for k, dp in enumerate(c, 1):
+            sizes.add(int(dp[1].nbytes))
+            if k % 8 == 0:
+                time.sleep(0.3)  # (a slow reader: the workers could run far ahead)
+                ahead.append(sum(w["items"] for w in svc.stats()["workers"]) - k)
+        c.close()
+    report["ahead"], report["sizes"] = ahead, sorted(sizes)
+    return report
+
+
 def identity(cluster: Any) -> dict[str, Any]:
     from dataflow.errors import StateMismatchError
     from dataflow.service import ServiceError
@@ -469,7 +499,7 @@ def node_loss(cluster: Any) -> dict[str, Any]:
 
 #: the scenarios, in the order they run (``node_loss`` leaves the cluster a node short)
 SCENARIOS = {"share": share, "restore": restore, "resize": resize, "jobs": jobs,
-             "policy": policy, "identity": identity,
+             "policy": policy, "resources": resources, "identity": identity,
              "dispatcher_loss": dispatcher_loss, "node_loss": node_loss}
 
 

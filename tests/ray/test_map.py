@@ -332,7 +332,7 @@ def test_resume_is_exact_when_strict_and_ordered():
     check_resume(
         lambda: RayMapData(DataFromList(list(range(8)), shuffle=True, seed=3),
                            2, lambda x: x * 10, strict=True, ordered=True, buffer_size=4),
-        epochs=2, every=6,
+        epochs=2, every=11,
     )
 
 

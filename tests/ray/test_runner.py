@@ -115,7 +115,7 @@ def test_arguments_are_validated():
 
 def test_resume_with_one_worker_is_exact():
     check_resume(lambda: RayRunner(DataFromList(list(range(8)), shuffle=True, seed=1), 1),
-                 epochs=2, every=6)
+                 epochs=2, every=11)
 
 
 def test_resume_continues_each_workers_stream():

@@ -26,8 +26,9 @@ from dataflow.state import StateMismatchError
 from tests.helpers import check_resume, to_plain
 
 N = 6
-READERS = ["builtin", pytest.param("tf", marks=pytest.mark.skipif(
-    importlib.util.find_spec("tensorflow") is None, reason="needs tensorflow"))]
+READERS = ["builtin", pytest.param("tf", marks=[pytest.mark.skipif(
+    importlib.util.find_spec("tensorflow") is None, reason="needs tensorflow"),
+    pytest.mark.loads_frameworks])]
 
 
 def _dps(n=N):
@@ -140,6 +141,7 @@ def test_tfrecord(tmp_path, reader):
     assert [dp[0] for dp in part] == [0, 1, 2, 3] * 2
 
 
+@pytest.mark.loads_frameworks  # (its reader="tf" half)
 def test_tfrecord_state_holds_the_offset_of_the_next_record(tmp_path):
     dps = _dps()
     path = _save_tfrecord(tmp_path / "a.tfrecord", dps)

@@ -132,6 +132,7 @@ def test_raw_records_of_foreign_payloads(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.loads_frameworks
 def test_tensorflow_interop_both_directions(tmp_path):
     tf = pytest.importorskip("tensorflow")
     dps = rich_datapoints(6)

@@ -87,6 +87,7 @@ def test_a_graceful_redeploy_is_transparent_to_idle_and_reading_consumers():
             p.stdout.close()
 
 
+@pytest.mark.loads_frameworks
 def test_a_dataloader_with_workers_is_one_clear_error_and_one_worker_works():
     torch = pytest.importorskip("torch")
     from dataflow.torch import to_torch

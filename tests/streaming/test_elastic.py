@@ -54,6 +54,7 @@ def test_rank_processes_resume_onto_more_ranks(urls):
 
 
 @pytest.mark.slow
+@pytest.mark.loads_frameworks
 def test_four_ranks_with_two_torch_workers_each(urls):
     pytest.importorskip("torch")
     order = global_order(SIZES, 11, 0, 9).tolist()

@@ -40,7 +40,7 @@ def _samples(urls, worker=None, **kwargs):
         ds.close()
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=12, deadline=None)
 @given(seed=st.integers(0, 2**16), window=st.integers(1, 60), world=st.integers(1, 4),
        data=st.data(), shuffle=st.booleans(), partial=st.sampled_from(["drop", "pad"]))
 def test_local_reads_match_the_streamed_path(served, seed, window, world, data, shuffle,

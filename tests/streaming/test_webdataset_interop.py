@@ -13,7 +13,12 @@ from dataflow.streaming.source import StreamingShards
 from dataflow.streaming.writer import TarShardSerializer
 from tests.streaming._shards import write_shards
 
-wds = pytest.importorskip("webdataset")
+# webdataset imports PyTorch: the module is imported in the tests (see tests/conftest.py)
+pytestmark = pytest.mark.loads_frameworks
+
+
+def _wds():
+    return pytest.importorskip("webdataset")
 
 
 def _read_ours(urls, **kwargs):
@@ -30,7 +35,7 @@ def _read_webdataset(paths):
     collected here, with their ResourceWarning, which is webdataset's, silenced)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
-        got = list(wds.WebDataset(paths, shardshuffle=False))
+        got = list(_wds().WebDataset(paths, shardshuffle=False))
         gc.collect()
     return got
 
@@ -46,7 +51,7 @@ def test_we_read_webdataset_shards_without_index(tmp_path):
     urls = []
     for s in range(3):
         url = str(tmp_path / f"w-{s}.tar")
-        with wds.TarWriter(url) as w:
+        with _wds().TarWriter(url) as w:
             for i in range(5):
                 w.write({"__key__": f"k{s}_{i}", "cls": i, "seg.png": b"P" * i,
                          "json": {"i": i}})
