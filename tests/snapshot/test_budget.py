@@ -165,6 +165,28 @@ def test_snapshot_data_budget_is_a_bound_on_its_folder(tmp_path):
     assert _folder_bytes(snap.root) - os.path.getsize(os.path.join(snap.root, CHECKED)) <= limit
 
 
+def _value_plus_one(i):
+    return [np.full(1000, (i + 1) % 251, np.uint8), i]
+
+
+def test_a_repaired_record_is_stored_only_within_the_budget(tmp_path):
+    # a snapshot of another function under the same key=, repaired under a budget smaller
+    # than one record: the recomputed outputs are given, and none is stored
+    full = SnapshotData(list(range(4)), tmp_path, map_func=_value, key="k", verify=0)
+    full.reset_state()
+    assert [x[1] for x in full] == [0, 1, 2, 3]
+    full.close()
+    limit = _one_record(tmp_path) // 2
+    fixed = SnapshotData(list(range(4)), tmp_path, map_func=_value_plus_one, key="k",
+                         budget=limit, verify=("repair", 1.0))
+    fixed.reset_state()
+    assert [int(x[0][0]) for x in fixed] == [1, 2, 3, 4]
+    s = fixed.stats()
+    assert (s["repaired"], s["stored"], s["bytes_stored"]) == (1, 0, 0)
+    fixed.close()
+    assert _folder_bytes(fixed.root) - os.path.getsize(os.path.join(fixed.root, CHECKED)) <= limit
+
+
 def test_admit_frees_room_for_the_next_ones_in_one_go():
     stored = dict.fromkeys(range(10), (1.0, 100))
     assert admit(100, 10.0, 0, stored, extra=250) == (True, [0, 1, 2])  # 200 bytes left over

@@ -305,25 +305,33 @@ class SnapshotData(ReaderState, RNGDataFlow):
         if self.budget is None:
             start = time.perf_counter()
             value = self._compute(i)
-            seconds = time.perf_counter() - start
-            stored = store.put(i, value, cost=seconds)
+            seconds, again = time.perf_counter() - start, True
         else:
             value, seconds, again = self._clock.measure(i, lambda: self._compute(i))
-            place, lock = self._budget.place, self._lock
-
-            def admit(size: int) -> Any:
-                with lock:  # one choice at a time: it reads and changes the stored costs
-                    return place(store, size, seconds, evict=again)
-
-            stored = store.put(i, value, cost=seconds, admit=admit)
+        stored = self._put(store, i, value, seconds, again)
         with self._lock:
             stats["misses"] += 1
             stats["compute_seconds"] += seconds
             stats["bytes_stored"] += stored
         return value
 
+    def _put(self, store: Any, i: int, value: Any, seconds: float, again: bool) -> int:
+        """Store ``value`` at ``i`` (it took ``seconds``), under a budget only if it is given
+        room (``again``: its cost was measured before, so it may evict); the bytes written."""
+        if self.budget is None:
+            return int(store.put(i, value, cost=seconds))
+        place, lock = self._budget.place, self._lock
+
+        def admit(size: int) -> Any:
+            with lock:  # one choice at a time: it reads and changes the stored costs
+                return place(store, size, seconds, evict=again)
+
+        return int(store.put(i, value, cost=seconds, admit=admit))
+
     def _verify(self, i: int, stored: Any) -> Any:
+        start = time.perf_counter()
         fresh = self._compute(i)
+        seconds = time.perf_counter() - start
         if fingerprint(fresh) == fingerprint(stored):
             with self._lock:
                 self._stats["verified"] += 1
@@ -344,7 +352,7 @@ class SnapshotData(ReaderState, RNGDataFlow):
         store = self._open()
         store.drop()
         self._stats["repaired"] += 1
-        self._stats["bytes_stored"] += store.put(i, fresh)
+        self._stats["bytes_stored"] += self._put(store, i, fresh, seconds, again=False)
         return fresh
 
     # ---- DataFlow -------------------------------------------------------------------------
