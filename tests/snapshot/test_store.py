@@ -9,7 +9,6 @@ import os
 import pickle
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -235,12 +234,12 @@ def test_shards_roll_over_and_drop_deletes_every_record(tmp_path):
         other.close()
 
 
-def test_rolled_shards_are_sealed_in_the_background_and_close_waits_for_them(tmp_path):
+def test_rolled_shards_each_get_an_index_and_flush_syncs_them(tmp_path):
     store = SnapshotStore(tmp_path / "k", 10, shard_bytes=1000)
     for i in range(10):
         store.put(i, np.full(300, i, np.uint8))
+    store.flush()  # (the three rolled shards and the one being written)
     store.close()
-    assert [t.name for t in threading.enumerate() if t.name == "dataflow-snapshot-seal"] == []
     names = sorted(n for n in os.listdir(tmp_path / "k") if n.endswith(".shard"))
     assert len(names) == 4
     assert sorted(os.listdir(tmp_path / "k")) == sorted(

@@ -224,12 +224,14 @@ class ShardWriter:
             getattr(os, "fdatasync", os.fsync)(self.fd)
 
     def seal(self) -> None:
-        """Sync the shard, write its index atomically and close it. The index is a shortcut:
-        a shard without one (its writer killed, the disk full) is read by walking it."""
+        """Write the shard's index atomically and close it. The index is a shortcut: a shard
+        without one (its writer killed, the disk full) is read by walking it. Neither is synced
+        to the disk (:meth:`sync` does that): a process killed at any point loses nothing the
+        kernel has, and after a power loss a record the index names but the disk lost fails its
+        checksum on its first read, and is recomputed."""
         if self.fd is None:
             return
         try:
-            self.sync()
             entries = np.array(self.entries, dtype=ENTRY)
             body = _INDEX_HEAD.pack(INDEX_MAGIC, INDEX_VERSION, self.offset, len(entries))
             body += entries.tobytes()

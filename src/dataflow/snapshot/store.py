@@ -141,7 +141,6 @@ class SnapshotStore:
         self._pid = os.getpid()
         self._closed = self._full = False
         self._writer: ShardWriter | None = None
-        self._sealers: list[threading.Thread] = []  # rolled shards being synced and indexed
         self._own = -1  # the shard this process appends to, as a reader sees it
         self._reset_index()
         self._counts = {"bytes_written": 0, "bytes_read": 0, "hits": 0, "misses": 0,
@@ -301,7 +300,6 @@ class SnapshotStore:
         with self._guard():
             if self._closed:
                 raise self._closed_error()
-            self._wait_sealed()  # (a rolled shard is claimed by renaming its index)
             self.refresh()  # (tombstones other processes wrote for records copied here)
             before = self.disk_bytes()
             for sid in [sid for sid in self._mine if self._dead_in(sid) > 0]:
@@ -379,7 +377,6 @@ class SnapshotStore:
         with self._guard():
             if self._closed:
                 raise self._closed_error()
-            self._wait_sealed()
             if self._writer is not None:
                 self._writer.abandon()
                 self._writer = None
@@ -391,10 +388,21 @@ class SnapshotStore:
             self._reset_index()  # (the maps close once no thread reads them)
 
     def flush(self) -> None:
-        """Make every record put so far durable (they are visible to others once put)."""
+        """Make every record this process put so far durable, in its rolled shards too (they
+        are visible to other processes once put; the disk has them after this)."""
         with self._guard():
             if self._writer is not None:
                 self._writer.sync()
+            for sid in self._mine:
+                shard = self._shards[sid]
+                if sid == self._own or shard is None:
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    fd = os.open(shard.path, os.O_RDONLY)
+                    try:
+                        getattr(os, "fdatasync", os.fsync)(fd)
+                    finally:
+                        os.close(fd)
 
     def close(self) -> None:
         """Seal this process's shard (write its index) and unmap the shards. Idempotent."""
@@ -402,7 +410,6 @@ class SnapshotStore:
             if self._closed:
                 return
             self._closed = True
-            self._wait_sealed()
             writer, self._writer = self._writer, None
             if writer is not None:  # (a forked child has none: the parent's is the parent's)
                 self._seal(writer)
@@ -521,7 +528,6 @@ class SnapshotStore:
             self._writer = None
         self._own = -1
         self._mine, self._claims = [], {}  # (the tombstones seen stay known)
-        self._sealers = []  # (the parent's threads: not in this process)
 
     def _append(self, i: int, record: Payload | tuple[bytes, list[Any]], size: int,
                 cost: float, kind: int, admit: Callable[[int], bool] | None = None) -> int:
@@ -684,24 +690,14 @@ class SnapshotStore:
         shard = self._shards[own]
         if shard is not None:
             shard.sealed = True
-        if writer is not None:  # (its sync takes seconds for a full shard: not under the lock)
-            sealer = threading.Thread(target=self._seal, args=(writer,),
-                                      name="dataflow-snapshot-seal")
-            sealer.start()
-            self._sealers.append(sealer)
+        if writer is not None:
+            self._seal(writer)
 
     def _seal(self, writer: ShardWriter) -> None:
         try:
             writer.seal()
         except OSError as e:  # the shard stays readable without its index
             logger.debug("SnapshotStore %s: shard %s not sealed (%s)", self.root, writer.name, e)
-
-    def _wait_sealed(self) -> None:
-        """Wait for the shards being sealed in the background (before anything that deletes
-        or claims shards, and at close)."""
-        sealers, self._sealers = self._sealers, []
-        for sealer in sealers:
-            sealer.join()
 
     def _disk_full(self, e: OSError) -> None:
         self._full = True
