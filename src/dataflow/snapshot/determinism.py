@@ -18,13 +18,13 @@ names it and says where a snapshot can go instead. The generators' states are re
 from __future__ import annotations
 
 import copy
-import hashlib
 import pickle
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from dataflow import _global_rng
 from dataflow import rng as _rng
@@ -59,10 +59,13 @@ def _feed(h: Any, value: Any) -> None:
     elif isinstance(value, np.ndarray | np.generic):
         arr = np.ascontiguousarray(value)
         h.update(f"a:{arr.dtype.str}:{arr.shape};".encode())
-        h.update(arr.tobytes() if arr.dtype != object else pickle.dumps(arr.tolist()))
+        if arr.dtype == object:
+            h.update(pickle.dumps(arr.tolist()))
+        else:  # (the array's own bytes, without a copy)
+            h.update(arr.reshape(-1).view(np.uint8))
     elif isinstance(value, bytes | bytearray | memoryview):
-        data = bytes(value)
-        h.update(f"b:{len(data)};".encode())
+        data = memoryview(value).cast("B")
+        h.update(f"b:{data.nbytes};".encode())
         h.update(data)
     elif isinstance(value, list | tuple):
         h.update(f"l:{len(value)}[".encode())
@@ -84,7 +87,7 @@ def fingerprint(value: Any) -> bytes:
     """The bytes that say whether two outputs are equal: dtypes, shapes and array bytes, the
     values of scalars (a list and a tuple of the same items count as equal, as a stored list
     comes back as a list)."""
-    h = hashlib.sha256()
+    h = xxhash.xxh3_128()  # (not kept anywhere: a fast hash, ~20x sha256 here)
     _feed(h, value)
     return h.digest()
 
