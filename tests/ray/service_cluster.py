@@ -27,7 +27,9 @@ The scenarios, in order (the last one kills a node, so it runs last):
 * ``policy``: 3 workers map :func:`tests.service.pipelines.poison` (inputs that end their
   actor's process, exit, raise, or give outputs that cannot travel); two ranks of 2 read their
   epoch with ``on_error="skip"`` and ``prefetch=2`` (their outputs, what rank 1 skipped, the
-  restarts, the items of each worker);
+  restarts, the items of each worker, the notes left in ``/dev/shm`` after ``close()``);
+* ``policy_nodes``: the same, each worker's note of the input it maps kept on its own node and
+  read there by a task pinned to it once the worker is lost, as for workers on other machines;
 * ``resources``: 3 workers, one consumer with ``prefetch=1`` (the items each worker mapped);
   then 2 workers mapping outputs of one MB for a slow consumer with ``prefetch=64`` and
   ``prefetch_bytes=4 MB`` (how far the workers were ahead of it, every 8 outputs);
@@ -347,7 +349,20 @@ def policy(cluster: Any) -> dict[str, Any]:
                 items = [w["items"] for w in svc.stats()["workers"]]
         stats = svc.stats()
     return {"outputs": outs, "skipped": state["errors"]["skipped"],
-            "restarts": stats["restarts"], "worker_items": items}
+            "restarts": stats["restarts"], "worker_items": items,
+            "notes_left": sorted(f for f in os.listdir("/dev/shm") if f.endswith("-note"))}
+
+
+def policy_nodes(cluster: Any) -> dict[str, Any]:
+    """``policy`` with each worker's note on its own node, read there by a pinned task once
+    the worker is lost: the path of workers on other machines."""
+    from dataflow.service.ray_pool import NODE_NOTES_ENV
+
+    os.environ[NODE_NOTES_ENV] = "1"
+    try:
+        return policy(cluster)
+    finally:
+        del os.environ[NODE_NOTES_ENV]
 
 
 def resources(cluster: Any) -> dict[str, Any]:
@@ -499,7 +514,8 @@ def node_loss(cluster: Any) -> dict[str, Any]:
 
 #: the scenarios, in the order they run (``node_loss`` leaves the cluster a node short)
 SCENARIOS = {"share": share, "restore": restore, "resize": resize, "jobs": jobs,
-             "policy": policy, "resources": resources, "identity": identity,
+             "policy": policy, "policy_nodes": policy_nodes, "resources": resources,
+             "identity": identity,
              "dispatcher_loss": dispatcher_loss, "node_loss": node_loss}
 
 

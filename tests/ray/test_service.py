@@ -367,8 +367,11 @@ def test_two_jobs_on_one_pool_are_exact_and_get_equal_shares_on_three_nodes(clus
 
 
 @pytest.mark.slow
-def test_poison_inputs_are_skipped_alike_on_three_nodes(cluster_report):
-    report = cluster_report["policy"]
+@pytest.mark.parametrize("notes", ["policy", "policy_nodes"])
+def test_poison_inputs_are_skipped_alike_on_three_nodes(cluster_report, notes):
+    # (policy_nodes: each worker's note of its input on its own node, read there by a task
+    # pinned to it: what workers on other machines do)
+    report = cluster_report[notes]
     outs = report["outputs"]
     assert [len(x) for x in outs] == [30, 30]  # (every rank yields len())
     for r, out in enumerate(outs):
@@ -379,6 +382,7 @@ def test_poison_inputs_are_skipped_alike_on_three_nodes(cluster_report):
     assert report["skipped"] == 6
     assert report["restarts"] == 2  # (11 ended two actors' processes, never asked a third time)
     assert min(report["worker_items"]) > 0  # (prefetch 2: every worker asked)
+    assert report["notes_left"] == []
 
 
 @pytest.mark.slow

@@ -43,6 +43,15 @@ service, all on this machine, CPU time that their process used: a map call compu
 GIL held delays the answers): a worker without one for ``worker_timeout`` seconds (its process
 frozen, or its machine gone without closing its connections, which Ray's own health checks
 would notice only later) is killed and replaced in the same way.
+
+**The input a lost worker was on.** Before each map call a worker notes the input in a small
+file of ``/dev/shm`` (:class:`_Note`), so that a call that ends its process is known and not
+asked a third time. For a loopback service (every actor on this machine) the pool makes the
+note and maps it too, and reads it when the actor is lost. An actor on another machine makes
+its note on its own node; when it is lost, the pool reads (and removes) it with a task pinned
+to that node and replaces the worker only then, so that consumers learn of the loss and of the
+input together. ``close()`` removes, on every node, the notes of workers killed before they
+said where they run.
 """
 
 from __future__ import annotations
@@ -79,6 +88,13 @@ NODE_PROBE_TIMEOUT = 0.5
 CPUS_INTERVAL = 5.0
 #: Ray's label of a node's id, for keeping new actors off (or on) some nodes
 NODE_LABEL = "ray.io/node-id"
+#: seconds the pool waits for the note of a lost worker on another machine (read by a task on
+#: that worker's node) before it replaces the worker without knowing its last input
+NOTE_READ_TIMEOUT = 10.0
+#: set to "1" in the driver's environment, a service's workers keep their notes on their own
+#: nodes, read by tasks pinned there, even on loopback: the path of a cluster of several
+#: machines, on one machine (for tests)
+NODE_NOTES_ENV = "DATAFLOW_SERVICE_NODE_NOTES"
 
 
 def _ray() -> Any:
@@ -96,9 +112,9 @@ class _WorkerActor:
 
     def __init__(self, worker_id: int, pipelines: dict[str, tuple], host: str, token: str,
                  global_seed: int | None, curve: tuple[bytes, bytes] | None = None,
-                 note: str | None = None) -> None:
+                 note: str | None = None, node_note: str | None = None) -> None:
         self.worker_id, self.pipelines, self.host, self.token = worker_id, pipelines, host, token
-        self.curve, self.note = curve, note
+        self.curve, self.note, self.node_note = curve, note, node_note
         self.global_seed = global_seed
         # busy seconds, items, bytes out, dropped messages, inputs waiting in its queues
         # (then the input being mapped: job number, or -1 for none; epoch, position, index)
@@ -117,6 +133,12 @@ class _WorkerActor:
             worker_setup(self.worker_id, self.global_seed, None, dispatch_globals=True)
             if self.note is not None:  # (the counters in the pool's note: it outlives us)
                 self.counters = _Note.attach(self.note)
+            elif self.node_note is not None:  # (on this node: read by a task pinned here)
+                try:
+                    self._own_note = _Note(self.node_note)
+                    self.counters = self._own_note.view
+                except OSError:  # (no /dev/shm: the worker serves, its crashes unnamed)
+                    self.node_note = None
             host = self.host
             if not protocol.is_loopback(host):
                 host = _ray().util.get_node_ip_address()
@@ -131,6 +153,8 @@ class _WorkerActor:
                   self.stopping)
         finally:
             sock.close(linger=0)
+            if self.node_note is not None:  # (stopped, not lost: nothing to read)
+                _read_node_note(self.node_note)
 
     def where(self) -> tuple[str, int, str]:
         """``(address, process id, node id)`` once ``run()`` listens."""
@@ -210,9 +234,13 @@ class RemoteService:
 
             here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(),
                                                   soft=False)
+            options: dict[str, Any] = {}
+            if os.environ.get(NODE_NOTES_ENV):  # (the dispatcher's pool reads it)
+                options["runtime_env"] = {"env_vars": {NODE_NOTES_ENV: os.environ[
+                    NODE_NOTES_ENV]}}
             cls = ray.remote(_ServiceHost).options(
                 num_cpus=0, max_concurrency=4, max_restarts=0, max_task_retries=0,
-                scheduling_strategy=here)
+                scheduling_strategy=here, **options)
             self.actor = cls.remote(type(service), _arguments(service), _rng.get_seed())
             self._life = self.actor.lifetime.remote()
             self.address = self._call("start", START_TIMEOUT)
@@ -273,12 +301,12 @@ class _Note:
 
     SIZE = 10 * 8  # (ten doubles: the worker's counters)
 
-    def __init__(self) -> None:
+    def __init__(self, name: str | None = None) -> None:
         import mmap
 
-        from dataflow.parallel.shared_memory import SHM_DIR, new_prefix
+        from dataflow.parallel.shared_memory import SHM_DIR
 
-        self.path = os.path.join(SHM_DIR, f"{new_prefix()}-note")
+        self.path = os.path.join(SHM_DIR, name or _note_name())
         fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
             os.ftruncate(fd, self.SIZE)
@@ -314,6 +342,55 @@ class _Note:
             self.map.close()
 
 
+def _note_name() -> str:
+    """A new note's file name in ``/dev/shm`` (the prefix of this process's segments)."""
+    from dataflow.parallel.shared_memory import new_prefix
+
+    return f"{new_prefix()}-note"
+
+
+def _read_node_note(name: str) -> tuple[int, int, int, int] | None:
+    """The input recorded in the note ``name`` of this node's ``/dev/shm`` (as
+    :meth:`_Note.read`), which is removed; ``None`` without one. Run by a task pinned to the
+    node of a lost worker on another machine, where the note is."""
+    import mmap
+
+    from dataflow.parallel.shared_memory import SHM_DIR
+
+    path = os.path.join(SHM_DIR, name)
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        os.unlink(path)
+        with mmap.mmap(fd, _Note.SIZE, prot=mmap.PROT_READ) as m:
+            v = memoryview(m).cast("d")
+            try:
+                return (int(v[6]), int(v[7]), int(v[8]), int(v[9])) if v[6] >= 0 else None
+            finally:
+                v.release()
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+
+
+def _sweep_node_notes(prefix: str) -> int:
+    """Remove the notes of this node's ``/dev/shm`` whose names start with ``prefix`` (a pool's:
+    those of its workers killed before the pool knew their node); how many."""
+    from dataflow.parallel.shared_memory import SHM_DIR
+
+    removed = 0
+    with contextlib.suppress(OSError):
+        for name in os.listdir(SHM_DIR):
+            if name.startswith(f"{prefix}-") and name.endswith("-note"):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(SHM_DIR, name))
+                    removed += 1
+    return removed
+
+
 class _ActorWorker(PoolWorker):
     """A worker actor as the dispatcher sees it, with the pool's pending calls to it."""
 
@@ -329,6 +406,10 @@ class _ActorWorker(PoolWorker):
         self.node: str | None = None
         self.error: str | None = None
         self.note: _Note | None = None
+        #: the name of its note on its own node (a worker on another machine), until read
+        self.node_note: str | None = None
+        #: the task reading that note once the worker was lost, and until when it may take
+        self.reading: tuple[Any, float] | None = None
 
     def figures(self) -> tuple[float, ...]:
         return self.last
@@ -371,7 +452,13 @@ class RayPool(Pool):
         self._seed = _rng.get_seed()
         self._ip = ray.util.get_node_ip_address()
         self._local = protocol.is_loopback(spec.host)
+        # a worker on another machine keeps its note there (see _read_on)
+        self._node_notes = not self._local or os.environ.get(NODE_NOTES_ENV) == "1"
         self._cls = ray.remote(_WorkerActor)
+        #: the names of the workers' notes on their nodes start with it
+        self._note_prefix = _note_name().removesuffix("-note")
+        self._cleaning: list[Any] = []  # (those tasks for the notes of stopped workers)
+        self._tasks: dict[Any, Any] = {}  # (those functions as Ray's remote functions)
         self._down: set[str] = set()  # nodes of lost workers whose raylet did not answer
         self._workers: list[_ActorWorker] = []
         self._quick = {}
@@ -413,13 +500,53 @@ class RayPool(Pool):
         return self._cpus[1]
 
     def _spawn(self, wid: int, generation: int) -> _ActorWorker:
-        note = _Note() if self._local else None
+        note = _Note() if not self._node_notes else None
+        node_note = f"{self._note_prefix}-{wid}-{generation}-note" if self._node_notes else None
         actor = self._cls.options(**self._options()).remote(
             wid, self._pipelines, self.spec.host, self.spec.token, self._seed, self.spec.curve,
-            note.path if note is not None else None)
+            note.path if note is not None else None, node_note)
         w = _ActorWorker(wid, generation, actor)
-        w.note = note
+        w.note, w.node_note = note, node_note
         return w
+
+    def _read_on(self, node: str, name: str, func: Any = _read_node_note) -> Any:
+        """A task that runs ``func(name)`` on node ``node``: reads the note ``name`` there and
+        removes it (or removes every note of a prefix). No CPU of the cluster: the workers hold
+        them."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        task = self._tasks.get(func)
+        if task is None:
+            task = self._tasks[func] = self._ray.remote(func)
+        return task.options(
+            num_cpus=0, max_retries=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(name)
+
+    def _read_note(self, w: _ActorWorker, now: float) -> bool:
+        """For a lost worker whose note is on its node (another machine): start the task that
+        reads it, unless that node is lost too (its notes with it). Whether it started; the
+        worker is then replaced once the note is read, so that its consumers learn of the loss
+        and of the input it was on together."""
+        name, node = w.node_note, w.node
+        if name is None or node is None:
+            return False
+        if self._node_lost(node):
+            w.node_note = None  # (gone with its node)
+            return False
+        w.node_note = None  # (the task removes it)
+        w.reading = (self._read_on(node, name), now + NOTE_READ_TIMEOUT)
+        w.alive_at = now + NOTE_READ_TIMEOUT  # (not taken for a frozen worker meanwhile)
+        return True
+
+    def _note_read(self, w: _ActorWorker) -> tuple[int, int, int, int] | None:
+        """What the task reading ``w``'s note found (``None``: nothing, or no answer yet)."""
+        assert w.reading is not None
+        ref, w.reading = w.reading[0], None
+        try:
+            got = self._ray.get(ref, timeout=0)
+        except Exception:
+            return None
+        return None if got is None else tuple(int(x) for x in got)  # type: ignore[return-value]
 
     def _node_lost(self, node: str | None) -> bool:
         """Whether the raylet of ``node`` no longer accepts connections (a node that died
@@ -449,6 +576,8 @@ class RayPool(Pool):
             if isinstance(w, Waiting):
                 continue
             refs.append(w.run_ref)
+            if w.reading is not None:
+                refs.append(w.reading[0])
             if w.address is None and w.where_ref is not None:
                 refs.append(w.where_ref)
             if w.figures_ref is not None:
@@ -459,10 +588,17 @@ class RayPool(Pool):
         for k, w in enumerate(list(self._workers)):
             if isinstance(w, Waiting):
                 continue
+            if w.reading is not None:  # (lost; its note on its node being read)
+                if w.reading[0] in ready or now >= w.reading[1]:
+                    w.crashed_on = self._note_read(w)
+                    self._replace(k, w, lost)
+                continue
             if w.run_ref in ready:  # (run() ends only with its actor)
                 w.error = self._outcome(w.run_ref)
                 if w.note is not None:  # (the input its map call was on, if any)
                     w.crashed_on = w.note.read()
+                elif self._read_note(w, now):
+                    continue
                 self._replace(k, w, lost)
                 continue
             if w.where_ref is not None and w.where_ref in ready:
@@ -514,6 +650,12 @@ class RayPool(Pool):
             self._ray.kill(w.actor, no_restart=True)
         if w.note is not None:
             w.note.close()
+        if w.node_note is not None and w.node is not None:  # (its note on its node goes too)
+            with contextlib.suppress(Exception):
+                self._cleaning.append(self._read_on(w.node, w.node_note))
+            w.node_note = None
+        self._cleaning = [r for r in self._cleaning
+                          if not self._ray.wait([r], timeout=0)[0]]
 
     def close(self) -> None:
         """Kill every worker actor and wait (a bounded time) until they are gone."""
@@ -523,9 +665,21 @@ class RayPool(Pool):
         self._workers = []
         if workers and self._ray.is_initialized():
             for w in workers:
+                if self._node_notes:  # (removed below, with the others of their nodes)
+                    w.node_note = None
                 self._stop(w)
+                if w.reading is not None:  # (a lost worker's note being read and removed)
+                    self._cleaning.append(w.reading[0])
             with contextlib.suppress(Exception):
                 self._ray.wait([w.run_ref for w in workers], num_returns=len(workers),
                                timeout=CLOSE_TIMEOUT)
+            cleaning, self._cleaning = self._cleaning, []
+            if self._node_notes:  # (the notes of workers killed before they said where)
+                with contextlib.suppress(Exception):
+                    cleaning += [self._read_on(n["NodeID"], self._note_prefix, _sweep_node_notes)
+                                 for n in self._nodes() if n["NodeID"] not in self._down]
+            if cleaning:  # (the notes of workers on other machines, removed there)
+                with contextlib.suppress(Exception):
+                    self._ray.wait(cleaning, num_returns=len(cleaning), timeout=CLOSE_TIMEOUT)
         owned, self._owned = self._owned, False
         release_ray(owned)
