@@ -328,7 +328,12 @@ class _Note:
             os.close(fd)
 
     def read(self) -> tuple[int, int, int, int] | None:
-        v = self.view
+        return self.input_of(self.view)
+
+    @staticmethod
+    def input_of(v: Any) -> tuple[int, int, int, int] | None:
+        """The input a worker's counters ``v`` say its map call is on (job number, epoch,
+        position, index), or ``None`` between calls."""
         return (int(v[6]), int(v[7]), int(v[8]), int(v[9])) if v[6] >= 0 else None
 
     def unlink(self) -> None:
@@ -342,38 +347,33 @@ class _Note:
             self.map.close()
 
 
-def _note_name() -> str:
-    """A new note's file name in ``/dev/shm`` (the prefix of this process's segments)."""
+def _note_name(prefix: str | None = None) -> str:
+    """A note's file name in ``/dev/shm``: ``prefix`` (a new one of this process's segments
+    when ``None``) and ``-note``."""
     from dataflow.parallel.shared_memory import new_prefix
 
-    return f"{new_prefix()}-note"
+    return f"{prefix or new_prefix()}-note"
 
 
 def _read_node_note(name: str) -> tuple[int, int, int, int] | None:
     """The input recorded in the note ``name`` of this node's ``/dev/shm`` (as
     :meth:`_Note.read`), which is removed; ``None`` without one. Run by a task pinned to the
     node of a lost worker on another machine, where the note is."""
-    import mmap
-
     from dataflow.parallel.shared_memory import SHM_DIR
 
     path = os.path.join(SHM_DIR, name)
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
+        view = _Note.attach(path)
+    except (OSError, ValueError):  # (none, or not sized yet by its actor)
+        with contextlib.suppress(OSError):
+            os.unlink(path)
         return None
-    try:
+    with contextlib.suppress(OSError):
         os.unlink(path)
-        with mmap.mmap(fd, _Note.SIZE, prot=mmap.PROT_READ) as m:
-            v = memoryview(m).cast("d")
-            try:
-                return (int(v[6]), int(v[7]), int(v[8]), int(v[9])) if v[6] >= 0 else None
-            finally:
-                v.release()
-    except (OSError, ValueError):
-        return None
+    try:
+        return _Note.input_of(view)
     finally:
-        os.close(fd)
+        view.release()
 
 
 def _sweep_node_notes(prefix: str) -> int:
@@ -455,8 +455,10 @@ class RayPool(Pool):
         # a worker on another machine keeps its note there (see _read_on)
         self._node_notes = not self._local or os.environ.get(NODE_NOTES_ENV) == "1"
         self._cls = ray.remote(_WorkerActor)
+        from dataflow.parallel.shared_memory import new_prefix
+
         #: the names of the workers' notes on their nodes start with it
-        self._note_prefix = _note_name().removesuffix("-note")
+        self._note_prefix = new_prefix()
         self._cleaning: list[Any] = []  # (those tasks for the notes of stopped workers)
         self._tasks: dict[Any, Any] = {}  # (those functions as Ray's remote functions)
         self._down: set[str] = set()  # nodes of lost workers whose raylet did not answer
@@ -501,7 +503,8 @@ class RayPool(Pool):
 
     def _spawn(self, wid: int, generation: int) -> _ActorWorker:
         note = _Note() if not self._node_notes else None
-        node_note = f"{self._note_prefix}-{wid}-{generation}-note" if self._node_notes else None
+        node_note = (_note_name(f"{self._note_prefix}-{wid}-{generation}")
+                     if self._node_notes else None)
         actor = self._cls.options(**self._options()).remote(
             wid, self._pipelines, self.spec.host, self.spec.token, self._seed, self.spec.curve,
             note.path if note is not None else None, node_note)
@@ -654,8 +657,10 @@ class RayPool(Pool):
             with contextlib.suppress(Exception):
                 self._cleaning.append(self._read_on(w.node, w.node_note))
             w.node_note = None
-        self._cleaning = [r for r in self._cleaning
-                          if not self._ray.wait([r], timeout=0)[0]]
+        if self._cleaning:  # (forget those done)
+            done = set(self._ray.wait(self._cleaning, num_returns=len(self._cleaning),
+                                      timeout=0)[0])
+            self._cleaning = [r for r in self._cleaning if r not in done]
 
     def close(self) -> None:
         """Kill every worker actor and wait (a bounded time) until they are gone."""
