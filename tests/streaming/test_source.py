@@ -188,17 +188,21 @@ def test_profiler_shows_network_counters(shards):
     assert "stage 0 (StreamingShards): bytes_read" in report.format()
 
 
-def test_process_mapper_and_pickled_copies(shards):
+@pytest.mark.parametrize("decode", [None, "auto", {"cls": "auto"}])
+def test_process_mapper_and_pickled_copies(shards, decode):
     import pickle
 
     from dataflow import MultiProcessMapDataZMQ
 
-    ds = _open(shards, shuffle=False)
+    ds = _open(shards, shuffle=False, decode=decode)
     try:
         copy = pickle.loads(pickle.dumps(ds))
         assert copy.sizes == SIZES  # the indexes travel; the fetcher does not
         copy.reset_state()
-        assert _cls(copy) == list(range(30))
+        got = list(copy)
+        assert _cls(got) == list(range(30))
+        # the copy decodes as the original does: ints when asked, else the stored bytes
+        assert {type(d["cls"]) for d in got} == {bytes if decode is None else int}
         copy.close()
         flow = MultiProcessMapDataZMQ(ds, 2, _double_cls, strict=True)
         flow.reset_state()

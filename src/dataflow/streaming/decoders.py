@@ -103,7 +103,47 @@ def _one(field: str, spec: Any) -> Callable[[bytes], Any]:
         )
     if spec == "bytes":
         return bytes
-    return lambda data: decode_field(field, data, spec)
+    return _FieldDecoder(field, spec)
+
+
+# The decoders are instances of module-level classes, not closures, so that a flow holding one
+# (StreamingShards, TarShardData) pickles into worker processes as it is, with the user's own
+# decoding functions when those pickle.
+class _FieldDecoder:
+    """One field's bytes decoded by name (``"auto"`` or ``"jpeg"``)."""
+
+    def __init__(self, field: str, how: str) -> None:
+        self.field, self.how = field, how
+
+    def __call__(self, data: bytes) -> Any:
+        return decode_field(self.field, data, self.how)
+
+
+class _DecodeAll:
+    """Every field of a sample (but the ``__key__``-style ones) decoded by one name."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        if self.how != "bytes":
+            for k, v in sample.items():
+                if not k.startswith("__"):
+                    sample[k] = decode_field(k, v, self.how)
+        return sample
+
+
+class _DecodeSome:
+    """The fields of a table decoded each by its own decoder; the others left as bytes."""
+
+    def __init__(self, table: dict[str, Callable[[bytes], Any]]) -> None:
+        self.table = table
+
+    def __call__(self, sample: dict[str, Any]) -> dict[str, Any]:
+        for f, fn in self.table.items():
+            if f in sample:
+                sample[f] = fn(sample[f])
+        return sample
 
 
 def make_decoder(decode: Any) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
@@ -116,21 +156,7 @@ def make_decoder(decode: Any) -> Callable[[dict[str, Any]], dict[str, Any]] | No
                 f"`decode` must be None, one of {_NAMES}, or a dict {{field: decoder}}, got "
                 f"{decode!r}; e.g. decode='jpeg' or decode={{'jpg': 'jpeg', 'cls': 'auto'}}."
             )
-        how = decode
-
-        def decode_all(sample: dict[str, Any]) -> dict[str, Any]:
-            for k, v in sample.items():
-                if not k.startswith("__") and how != "bytes":
-                    sample[k] = decode_field(k, v, how)
-            return sample
-        return decode_all
+        return _DecodeAll(decode)
     if isinstance(decode, Mapping):
-        table = {f: _one(f, s) for f, s in decode.items()}
-
-        def decode_some(sample: dict[str, Any]) -> dict[str, Any]:
-            for f, fn in table.items():
-                if f in sample:
-                    sample[f] = fn(sample[f])
-            return sample
-        return decode_some
+        return _DecodeSome({f: _one(f, s) for f, s in decode.items()})
     raise TypeError(f"`decode` must be None, a str or a dict, got {type(decode).__name__}")

@@ -149,13 +149,9 @@ class TarShardData(ReaderState, RNGDataFlow):
             os.close(fd)
 
     def __getstate__(self) -> dict[str, Any]:
-        """A copy for another process: the indexes, without the open files or the decoder
-        (both made again there)."""
-        return {**self.__dict__, "_files": {}, "_decode": None}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._decode = make_decoder(self.decode)
+        """A copy for another process: the indexes, without the open files (opened again
+        there)."""
+        return {**self.__dict__, "_files": {}}
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # (best effort, at interpreter exit too)
