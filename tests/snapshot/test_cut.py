@@ -190,3 +190,51 @@ def test_the_stage_above_the_cut_is_rewired_by_its_replace_child(tmp_path):
                                          r"snapshot: OpaqueStage cannot replace its child "
                                          r"MapDataComponent"):
         df.snapshot(chain(OpaqueStage), tmp_path)
+
+
+def _vec(x):
+    """A fixed-shape array per input; input 3 dropped."""
+    return None if x == 3 else np.full((2,), x * 1.5, np.float32)
+
+
+def _noisy_vec(x):
+    return np.full((2,), x + np.random.randint(0, 100), np.float32)
+
+
+def _shared(func, n=6):
+    src = df.MapData(df.DataFromList([[i, i] for i in range(n)], shuffle=False), _add(0))
+    return df.MultiProcessMapDataComponentSharedArray(src, 2, func, (2,), np.float32)
+
+
+def test_the_shared_array_mapper_is_one_stage_of_the_chain(tmp_path):
+    df.set_seed(5)
+    try:
+        # deterministic: stored with the stages below it; the random stage above reads it (the
+        # global np.random, which this process's MapData uses, seeded alike for both runs)
+        np.random.seed(0)
+        want = _epochs(df.MapData(_shared(_vec), _jitter))
+        flow = df.snapshot(df.MapData(_shared(_vec), _jitter), tmp_path / "a")
+        assert isinstance(flow.ds, SnapshotData)
+        assert flow.ds.cut.stored == [
+            "DataFromList", "MapData(tests.snapshot.test_cut._add.<locals>.add)",
+            "MultiProcessMapDataComponentSharedArray(tests.snapshot.test_cut._vec)"]
+        assert flow.ds.cut.above == ["MapData"]
+        np.random.seed(0)
+        got = _epochs(flow)
+        assert got == want and len(want[0]) == 5  # (input 3 dropped; values and dtypes)
+        assert want[0][0][0] == {"__array__": [44.0, 44.0], "dtype": "float32"}
+        # random: the cut is below it, and its mapper inside reads the snapshot
+        want = _epochs(_shared(_noisy_vec))
+        flow = df.snapshot(_shared(_noisy_vec), tmp_path / "b")
+        assert isinstance(flow.ds.ds, SnapshotData) and flow.ds.ds.cut.above == [
+            "MultiProcessMapDataComponentSharedArray"]
+        assert ("MultiProcessMapDataComponentSharedArray(tests.snapshot.test_cut._noisy_vec) "
+                "is random") in flow.ds.ds.cut.reason
+        assert _epochs(flow) == want
+    finally:
+        df.set_seed(None)
+    # the shape and dtype are still checked, by the test for randomness before anything else
+    with pytest.raises(ValueError, match=r"returned an array of shape \(2,\) and dtype float32, "
+                                         r"but output_shape=\(3,\)"):
+        df.snapshot(df.MultiProcessMapDataComponentSharedArray(
+            df.DataFromList([[1], [2]], shuffle=False), 2, _vec, (3,), np.float32), tmp_path)

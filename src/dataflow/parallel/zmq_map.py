@@ -243,9 +243,14 @@ class _ComponentToArray:
         self.map_func, self.index, self.shape, self.dtype = map_func, index, shape, dtype
 
     def __call__(self, dp: Any) -> tuple[Any, ...]:
-        res = self.map_func(dp[self.index])
+        res = self.checked(dp[self.index])
+        return () if res is None else (replace_component(dp, self.index, res),)
+
+    def checked(self, component: Any) -> Any:
+        """``map_func(component)``, checked: an array of the shape and dtype, or ``None``."""
+        res = self.map_func(component)
         if res is None:
-            return ()
+            return None
         if not (isinstance(res, np.ndarray) and res.shape == self.shape
                 and res.dtype == self.dtype):
             got = (f"an array of shape {res.shape} and dtype {res.dtype}"
@@ -255,7 +260,7 @@ class _ComponentToArray:
                 f"output_shape={self.shape} and output_dtype={self.dtype} were given; return "
                 "an array of exactly that shape and dtype, or None to drop the datapoint."
             )
-        return (replace_component(dp, self.index, res),)
+        return res
 
 
 class MultiProcessMapDataComponentSharedArray(ProxyDataFlow):

@@ -2,14 +2,15 @@
 
 A chain is a position-readable source followed by 1:1 map stages: ``MapData``,
 ``MapDataComponent`` (with ``on_error="raise"``: a skipped error would change the positions),
-and the strict, ordered parallel mappers (``MultiThreadMapData``, ``MultiProcessMapData``...,
-``strict=True, ordered=True``). Walking up from the source, each stage's function is composed
-with the ones below it and tested for randomness (:func:`~dataflow.snapshot.determinism.
-check_deterministic`, on a few of the source's datapoints); the longest prefix that passes is
-replaced by one :class:`~dataflow.snapshot.data.SnapshotData` of the composed function. The
-stages above it are unchanged and read the snapshot instead (the same outputs, in the same
-order, with the same seeds: a shuffling ``DataFromList`` source's order is the snapshot's, derived
-from the source's seed and place in the pipeline).
+the strict, ordered parallel mappers (``MultiThreadMapData``, ``MultiProcessMapData``...,
+``strict=True, ordered=True``) and ``MultiProcessMapDataComponentSharedArray`` (one stage here,
+though it holds a strict mapper inside). Walking up from the source, each stage's function is
+composed with the ones below it and tested for randomness (:func:`~dataflow.snapshot.
+determinism.check_deterministic`, on a few of the source's datapoints); the longest prefix that
+passes is replaced by one :class:`~dataflow.snapshot.data.SnapshotData` of the composed
+function. The stages above it are unchanged and read the snapshot instead (the same outputs, in
+the same order, with the same seeds: a shuffling ``DataFromList`` source's order is the
+snapshot's, derived from the source's seed and place in the pipeline).
 
 Where it cut and why is logged and kept on the returned flow's snapshot as ``snap.cut`` (a
 :class:`Cut`), or, when nothing could be cut, raised as a ``ValueError`` that says why.
@@ -24,6 +25,7 @@ from typing import Any
 
 from dataflow.base import DataFlow
 from dataflow.parallel._mapper import MapperBase
+from dataflow.parallel.zmq_map import MultiProcessMapDataComponentSharedArray as _SharedArray
 from dataflow.profiler import public_name
 from dataflow.snapshot.data import SnapshotData, _shallow, check_workers
 from dataflow.snapshot.determinism import (
@@ -78,9 +80,33 @@ class Cut:
                 f"{' -> '.join(self.above) or 'nothing'}. {self.reason}")
 
 
+def _below(stage: Any) -> Any:
+    """The flow a stage of the chain reads (for ``MultiProcessMapDataComponentSharedArray``,
+    what the mapper inside it reads), or ``None`` when it reads none or several."""
+    holder = _holder(stage)
+    children = holder.children()
+    return children[0] if len(children) == 1 else None
+
+
+def _holder(stage: Any) -> Any:
+    """The flow that holds a stage's input as its child: the stage itself, or the mapper inside
+    ``MultiProcessMapDataComponentSharedArray``."""
+    return stage.ds if isinstance(stage, _SharedArray) else stage
+
+
+def _shown(stage: Any, func: Any) -> str:
+    """The name of a stage's function as its user gave it."""
+    return func_name(stage.map_func if isinstance(stage, _SharedArray) else func)
+
+
 def _step(stage: Any) -> tuple[tuple[Any, Any] | None, str]:
     """The map step of a 1:1 stage, or ``None`` and why the chain ends at it."""
     name = type(stage).__name__
+    if isinstance(stage, _SharedArray):
+        if stage.ds.error_policy is not None:
+            return None, f"{name} has on_error={stage.ds.on_error!r} (an error drops a datapoint)"
+        # the checked map of the component: the same shape and dtype check as in its workers
+        return (stage.ds.map_func.checked, stage.index), ""
     if isinstance(stage, MapDataComponent):
         if stage.error_policy is not None:
             return None, f"{name} has on_error={stage.on_error!r} (an error drops a datapoint)"
@@ -111,8 +137,8 @@ def snapshot(ds: DataFlow, path: str | os.PathLike[str], **kwargs: Any) -> DataF
         raise TypeError(f"`ds` must be a DataFlow, got {type(ds).__name__} {ds!r:.60}; "
                         "dataflow.snapshot cuts a flow's chain of stages.")
     path_: list[Any] = [ds]  # the stages from the top down to the source
-    while len(path_[-1].children()) == 1:
-        path_.append(path_[-1].children()[0])
+    while (below := _below(path_[-1])) is not None:
+        path_.append(below)
     source = path_[-1]
     if source.children():
         raise ValueError(f"dataflow.snapshot: {public_name(source)} reads several flows; give "
@@ -146,7 +172,7 @@ def snapshot(ds: DataFlow, path: str | os.PathLike[str], **kwargs: Any) -> DataF
         try:
             check_deterministic(Chain([*steps, step]), inputs)
         except NondeterministicError:
-            reason = (f"{public_name(st)}({func_name(step[0])}) is random (its outputs "
+            reason = (f"{public_name(st)}({_shown(st, step[0])}) is random (its outputs "
                       "differ under two seeds): it and what follows stay after the snapshot")
             break
         steps.append(step)
@@ -174,14 +200,14 @@ def snapshot(ds: DataFlow, path: str | os.PathLike[str], **kwargs: Any) -> DataF
     snap._ensure_checked(tested=True)  # (the test above passed: the snapshot needs no other)
     if shuffled:  # the source's order: its seed, at its place in the original chain
         snap._order_depth = len(stored)
-    names = [f"{public_name(st)}({func_name(func)})" for st, (func, _) in zip(stored, steps)]
+    names = [f"{public_name(st)}({_shown(st, func)})" for st, (func, _) in zip(stored, steps)]
     cut = Cut([public_name(source), *names], [public_name(s) for s in reversed(above)], reason)
     snap.cut = cut
     logger.info("dataflow.snapshot under %s: %s", snap.root, cut)
     if not above:
         return snap
     try:
-        above[-1].replace_child(stored[-1], snap)
+        _holder(above[-1]).replace_child(stored[-1], snap)
     except NotImplementedError as e:
         raise ValueError(f"dataflow.snapshot: the stage above the cut cannot be made to read "
                          f"the snapshot: {e} Or build the pipeline on SnapshotData(...) "
