@@ -304,9 +304,11 @@ class MultiProcessMapDataComponentSharedArray(ProxyDataFlow):
             ) from None
         self.output_shape, self.output_dtype, self.index = shape, dtype, index
         self.map_func = map_func
+        # what its workers run; its ``checked`` is the map of one component, checked
+        self.component_map = _ComponentToArray(map_func, index, shape, dtype)
         self.ds: MultiProcessMapDataZMQ
         super().__init__(MultiProcessMapDataZMQ(
-            ds, num_proc, _ComponentToArray(map_func, index, shape, dtype),
+            ds, num_proc, self.component_map,
             buffer_size=buffer_size, strict=True, ordered=True, start_method=start_method,
             use_shm=use_shm, max_restarts=max_restarts, seed=seed, on_error=on_error,
             max_errors=max_errors,

@@ -106,7 +106,7 @@ def _step(stage: Any) -> tuple[tuple[Any, Any] | None, str]:
         if stage.ds.error_policy is not None:
             return None, f"{name} has on_error={stage.ds.on_error!r} (an error drops a datapoint)"
         # the checked map of the component: the same shape and dtype check as in its workers
-        return (stage.ds.map_func.checked, stage.index), ""
+        return (stage.component_map.checked, stage.index), ""
     if isinstance(stage, MapDataComponent):
         if stage.error_policy is not None:
             return None, f"{name} has on_error={stage.on_error!r} (an error drops a datapoint)"
