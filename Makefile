@@ -23,7 +23,7 @@ JPEG_SOURCES := setup.py src/dataflow/jpeg/_jpegmodule.c src/dataflow/jpeg/_jpeg
 BUILD_VENV ?= .venv-build
 BUILD_PY := $(BUILD_VENV)/bin/python
 
-.PHONY: demo test lint clean jpeg-build-deps wheel kernel-venvs
+.PHONY: demo test test-core test-frameworks lint clean jpeg-build-deps wheel kernel-venvs
 
 $(STAMP): pyproject.toml $(JPEG_SOURCES)
 	$(MAKE) --no-print-directory jpeg-build-deps
@@ -60,12 +60,20 @@ demo: $(DEMO_STAMP)
 # Two pytest processes: the tests that load TensorFlow, PyTorch, JAX or Ray into the test process
 # (marked loads_frameworks, see tests/conftest.py) run in the second, so that the first, which
 # never imports them, not even to collect those tests, forks its worker processes ~3x faster.
-# A plain `pytest` runs the same tests in one process (the framework tests last), only slower.
+# The two run at once (make -j2; each one's output is printed when it ends): either alone keeps
+# about half of two cores busy, waiting the rest of the time on the processes, sockets and
+# clusters its tests start and stop. A plain `pytest` runs the same tests in one process (the
+# framework tests last), only slower; `make test-core` and `make test-frameworks` run one each.
 FRAMEWORK_DIRS := $(addprefix --ignore=tests/,bridges input_source ray ray_cluster)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy src
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-core test-frameworks
+
+test-core: $(STAMP)
 	DATAFLOW_EXPECT_JPEG_EXT=1 $(PY) -m pytest -q -m "not loads_frameworks" $(FRAMEWORK_DIRS)
+
+test-frameworks: $(STAMP)
 	DATAFLOW_EXPECT_JPEG_EXT=1 $(PY) -m pytest -q -m loads_frameworks
 
 # The wheel is built from the sdist (python -m build), with DATAFLOW_REQUIRE_JPEG_EXT=1 so that a

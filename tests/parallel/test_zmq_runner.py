@@ -45,7 +45,9 @@ def test_arrays_arrive_intact_and_writable():
 
 
 def _segments() -> set[str]:
-    return {n for n in os.listdir(SHM_DIR) if n.startswith("dataflow-")}
+    """This process's segments (a consumer names them after its pid; another test session on
+    the machine has its own)."""
+    return {n for n in os.listdir(SHM_DIR) if n.startswith(f"dataflow-{os.getpid()}-")}
 
 
 @pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="needs /dev/shm")

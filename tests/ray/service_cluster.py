@@ -337,6 +337,11 @@ def policy(cluster: Any) -> dict[str, Any]:
     svc = DataService(pipelines.source(SIZES["policy"]), pipelines.poison, backend="ray",
                       num_workers=3, seed=5, shuffle=False, ray_address=cluster.address)
     with svc:
+        import ray
+
+        # the pool, in the dispatcher actor, names every note after that actor's pid (the
+        # notes of another test session on the machine have their own)
+        notes = f"dataflow-{_host_pid(ray)}-"
         outs, items = [], []
         for rank in range(2):
             c = _consumer(svc.address, rank, 2, on_error="skip", max_errors=6, prefetch=2)
@@ -350,7 +355,8 @@ def policy(cluster: Any) -> dict[str, Any]:
         stats = svc.stats()
     return {"outputs": outs, "skipped": state["errors"]["skipped"],
             "restarts": stats["restarts"], "worker_items": items,
-            "notes_left": sorted(f for f in os.listdir("/dev/shm") if f.endswith("-note"))}
+            "notes_left": sorted(f for f in os.listdir("/dev/shm")
+                                 if f.startswith(notes) and f.endswith("-note"))}
 
 
 def policy_nodes(cluster: Any) -> dict[str, Any]:
