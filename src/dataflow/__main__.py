@@ -177,8 +177,9 @@ def _serve_cmd(args: argparse.Namespace) -> int:
         while not stop.wait(0.5):
             pass
     finally:
-        # (a redeploy: consumers wait for the next service at the address, not told to stop)
-        service.close(tell_consumers=False)
+        # by default a redeploy: the consumers wait for the next service at the address, not
+        # told; with --tell-consumers a permanent stop: they raise ServiceError at once
+        service.close(tell_consumers=args.tell_consumers)
     with contextlib.suppress(OSError):  # (whoever started it may have stopped reading)
         print("closed", flush=True)
     return 0
@@ -333,6 +334,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("target", help="module:function returning a DataService, not started")
     serve.add_argument("--address", help="where to listen instead of the service's own address "
                                          "(e.g. tcp://127.0.0.1:5555)")
+    serve.add_argument("--tell-consumers", action="store_true",
+                       help="a permanent stop: on SIGTERM or SIGINT tell the consumers that the "
+                            "service closed (they raise at once); without it a stop is a "
+                            "redeploy, and they wait up to their timeout for the next service "
+                            "at the address")
     serve.set_defaults(func=_serve_cmd)
     service = sub.add_parser("service", help="ask a running DataService: service status ADDRESS")
     service.add_argument("action", choices=["status"], help="status: the live figures")

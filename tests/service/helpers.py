@@ -10,12 +10,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def serve(address: str, env: dict[str, str],
-          target: str = "tests.service.pipelines:make") -> subprocess.Popen[str]:
-    """``python -m dataflow serve target --address address`` with ``env`` added, once it has
-    printed that it serves (the caller ends it)."""
+def serve(address: str, env: dict[str, str], target: str = "tests.service.pipelines:make",
+          *options: str) -> subprocess.Popen[str]:
+    """``python -m dataflow serve target --address address [options]`` with ``env`` added,
+    once it has printed that it serves (the caller ends it)."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dataflow", "serve", target, "--address", address], cwd=ROOT,
+        [sys.executable, "-m", "dataflow", "serve", target, "--address", address, *options],
+        cwd=ROOT,
         stdout=subprocess.PIPE, text=True, env={**os.environ, **env})
     assert proc.stdout is not None
     line = proc.stdout.readline()

@@ -87,6 +87,37 @@ def test_a_graceful_redeploy_is_transparent_to_idle_and_reading_consumers():
             p.stdout.close()
 
 
+def test_serve_with_tell_consumers_is_a_permanent_stop_that_ends_its_consumers_at_once():
+    address = f"tcp://127.0.0.1:{free_port()}"
+    proc = serve(address, {"SVC_N": "120", "SVC_SLEEP": "0.004"},
+                 "tests.service.pipelines:make", "--tell-consumers")
+    try:
+        ref = _consumer(address)
+        want = [dp[0] for dp in ref]
+        ref.close()
+        reading = _consumer(address, timeout=60)  # (without the news it would wait 60 s)
+        got = []
+
+        def read():
+            for k, dp in enumerate(reading):
+                got.append(dp[0])
+                if k == 20:
+                    proc.send_signal(signal.SIGTERM)
+                    assert proc.wait(timeout=30) == 0
+
+        # told (not "stopped answering for 60 s", what its timeout would say)
+        with pytest.raises(ServiceError, match=rf"the DataService at {address} closed while "):
+            read()
+        assert 21 <= len(got) < 120 and got == want[:len(got)]  # (what came, exactly)
+        reading.close()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+        proc.stdout.close()
+    assert proc.returncode == 0
+
+
 @pytest.mark.loads_frameworks
 def test_a_dataloader_with_workers_is_one_clear_error_and_one_worker_works():
     torch = pytest.importorskip("torch")
