@@ -7,7 +7,7 @@ its own socket, answering consumers directly; local processes or Ray actors), an
 consumers each job's dataset length, seed and the workers' addresses, has the pool replace a
 worker that dies, sizes the pool when ``num_workers="auto"``, and gathers figures). With
 ``backend="ray"`` that process is a Ray actor, and the driver's object forwards to it (see
-:mod:`dataflow.service.ray_pool`).
+:mod:`dataflow.service.ray_actors` and :mod:`dataflow.service.ray_pool`).
 The dispatcher keeps no epoch state: each consumer computes its own positions from the plan
 and asks the workers for them, so a consumer's position is the truth, a restarted dispatcher
 needs no journal, and a worker that dies loses nothing (its consumers ask another for what it
@@ -203,7 +203,7 @@ class DataService:
         self._closed = False
         self._owner_pid = os.getpid()
         self._tell = True  # (close() tells the consumers)
-        self._remote: Any = None  # backend="ray": the dispatcher actor (ray_pool.RemoteService)
+        self._remote: Any = None  # backend="ray": the dispatcher actor (ray_actors.RemoteService)
         self._hosted = False  # True in that actor: the dispatcher runs in this process
         register(self)
 
@@ -239,7 +239,7 @@ class DataService:
         if self._thread is not None or self._remote is not None:
             return self
         if self.backend == "ray" and not self._hosted:
-            from dataflow.service.ray_pool import RemoteService
+            from dataflow.service.ray_actors import RemoteService
 
             self._remote = RemoteService(self)  # (starts this service in a Ray actor)
             self.address = self._remote.address
