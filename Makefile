@@ -65,10 +65,12 @@ demo: $(DEMO_STAMP)
 # clusters its tests start and stop. A plain `pytest` runs the same tests in one process (the
 # framework tests last), only slower; `make test-core` and `make test-frameworks` run one each.
 FRAMEWORK_DIRS := $(addprefix --ignore=tests/,bridges input_source ray ray_cluster)
+# (GNU make before 4.0 has no --output-sync: there the two outputs interleave)
+SYNC := $(if $(filter output-sync,$(.FEATURES)),--output-sync=target)
 test: $(STAMP)
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/mypy src
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-core test-frameworks
+	$(MAKE) --no-print-directory -j2 $(SYNC) test-core test-frameworks
 
 test-core: $(STAMP)
 	DATAFLOW_EXPECT_JPEG_EXT=1 $(PY) -m pytest -q -m "not loads_frameworks" $(FRAMEWORK_DIRS)

@@ -438,3 +438,19 @@ def test_the_dispatcher_lost_and_started_again_on_its_address_on_three_nodes(
           f"longest stall {stall:.3f} s, of which {report['restart_s']:.3f} s the new "
           "service's start")
 
+
+
+def test_a_worker_that_cannot_listen_removes_the_note_it_made_on_its_node():
+    # (in this process, not as an actor: its run() as a worker on another machine runs it, with
+    # CURVE keys that ZeroMQ refuses, so that it fails after making its note, before it serves)
+    from dataflow.parallel.shared_memory import SHM_DIR
+    from dataflow.service.ray_actors import _note_name, _WorkerActor
+
+    name = _note_name()
+    actor = _WorkerActor(0, {}, "127.0.0.1", "token", None, curve=(b"bad", b"key"),
+                         node_note=name)
+    with pytest.raises(Exception, match="Invalid argument"):
+        actor.run()
+    assert actor.error == "ZMQError: Invalid argument"
+    # the pool never learnt its node, so only the actor itself could remove it
+    assert not os.path.exists(os.path.join(SHM_DIR, name))

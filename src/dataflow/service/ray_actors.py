@@ -111,6 +111,8 @@ class _WorkerActor:
             sock, self.address = bind(host, self.curve)
         except BaseException as e:
             self.error = f"{type(e).__name__}: {e}"
+            if self.node_note is not None:  # (it never served: no input to read, and the
+                _read_node_note(self.node_note)  # pool, without its node, cannot remove it)
             raise
         finally:
             self.bound.set()

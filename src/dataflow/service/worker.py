@@ -59,15 +59,19 @@ def bind(host: str, curve: tuple[bytes, bytes] | None = None) -> tuple[Any, str]
     import zmq
 
     sock: Any = zmq.Context.instance().socket(zmq.ROUTER)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
-    if curve is not None:
-        protocol.curve_server(sock, curve)
-    if host.startswith("ipc://"):
-        address = f"{host}-{os.getpid()}-{next(_names)}"
-        sock.bind(address)
-    else:
-        address = f"tcp://{host}:{sock.bind_to_random_port(f'tcp://{host}')}"
+    try:
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.ROUTER_MANDATORY, 0)
+        if curve is not None:
+            protocol.curve_server(sock, curve)
+        if host.startswith("ipc://"):
+            address = f"{host}-{os.getpid()}-{next(_names)}"
+            sock.bind(address)
+        else:
+            address = f"tcp://{host}:{sock.bind_to_random_port(f'tcp://{host}')}"
+    except BaseException:  # (keys ZeroMQ refuses, an address it cannot bind)
+        sock.close(linger=0)
+        raise
     return sock, address
 
 
