@@ -21,7 +21,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "dataflow"
 
 #: the root's modules: the core protocol, then the entry points and the framework faces
 CORE = {"base", "state", "rng", "_global_rng", "errors", "validation", "policy", "sources",
-        "sharding", "profiler", "_optional", "_version"}
+        "sharding", "profiler", "profile_stats", "_optional", "_version"}
 TOP = {"__init__", "__main__", "demo", "torch", "jax", "_legacy"}
 #: folder (or root group) -> its layer; a higher number may import a lower one
 LAYERS = {"core": 0, "jpeg": 1, "imgaug": 2, "wrappers": 3, "parallel": 4, "serialize": 5,

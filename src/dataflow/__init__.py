@@ -4,6 +4,7 @@ The layers, bottom up. A module imports its own layer and the layers below it, n
 no import cycle exists, not even through imports inside functions (``tests/test_layout.py``):
 
   core (root files)   base, state, rng, errors, validation, policy, sources, sharding, profiler
+                      (and its profile_stats)
   jpeg/ -> imgaug/    the JPEG decoder and its C code; augmentors (sample) and transforms (apply)
   wrappers/           map, batch (+ its C stacker), shuffle, repeat, combine, cache, debug, image
   parallel/           the engine, shared_memory/, autotuning/; back ends that import only the engine
