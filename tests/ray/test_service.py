@@ -439,7 +439,6 @@ def test_the_dispatcher_lost_and_started_again_on_its_address_on_three_nodes(
           "service's start")
 
 
-
 def test_a_worker_that_cannot_listen_removes_the_note_it_made_on_its_node():
     # (in this process, not as an actor: its run() as a worker on another machine runs it, with
     # CURVE keys that ZeroMQ refuses, so that it fails after making its note, before it serves)

@@ -91,8 +91,26 @@ class _WorkerActor:
         self.error: str | None = None
 
     def run(self) -> None:
+        from dataflow.service.worker import serve
+
+        try:
+            sock = self._listen()
+            try:
+                serve(sock, self.worker_id, self.pipelines, self.token, self.counters,
+                      self.stopping)
+            finally:
+                sock.close(linger=0)
+        finally:
+            # stopped, or failed before it served: not lost, so there is no input to read, and
+            # the pool may not know this node yet to remove the note there itself
+            if self.node_note is not None:
+                _read_node_note(self.node_note)
+
+    def _listen(self) -> Any:
+        """Set up this process as a worker, make its note, and bind its socket (``where()``
+        answers from then on, or says why it failed)."""
         from dataflow.ray._session import worker_setup
-        from dataflow.service.worker import bind, serve
+        from dataflow.service.worker import bind
 
         try:
             # (the worker id and the input scopes live in the thread that maps: this one)
@@ -109,20 +127,12 @@ class _WorkerActor:
             if not protocol.is_loopback(host):
                 host = _ray().util.get_node_ip_address()
             sock, self.address = bind(host, self.curve)
+            return sock
         except BaseException as e:
             self.error = f"{type(e).__name__}: {e}"
-            if self.node_note is not None:  # (it never served: no input to read, and the
-                _read_node_note(self.node_note)  # pool, without its node, cannot remove it)
             raise
         finally:
             self.bound.set()
-        try:
-            serve(sock, self.worker_id, self.pipelines, self.token, self.counters,
-                  self.stopping)
-        finally:
-            sock.close(linger=0)
-            if self.node_note is not None:  # (stopped, not lost: nothing to read)
-                _read_node_note(self.node_note)
 
     def where(self) -> tuple[str, int, str]:
         """``(address, process id, node id)`` once ``run()`` listens."""

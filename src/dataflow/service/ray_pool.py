@@ -118,6 +118,7 @@ class RayPool(Pool):
 
     def __init__(self, spec: WorkerSpec, address: str | None = None,
                  worker_timeout: float | None = None) -> None:
+        from dataflow.parallel.shared_memory import new_prefix
         from dataflow.ray._session import acquire_ray
 
         ray = self._ray = _ray()
@@ -131,8 +132,6 @@ class RayPool(Pool):
         # a worker on another machine keeps its note there (see _read_on)
         self._node_notes = not self._local or os.environ.get(NODE_NOTES_ENV) == "1"
         self._cls = ray.remote(_WorkerActor)
-        from dataflow.parallel.shared_memory import new_prefix
-
         #: the names of the workers' notes on their nodes start with it
         self._note_prefix = new_prefix()
         self._cleaning: list[Any] = []  # (those tasks for the notes of stopped workers)
